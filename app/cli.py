@@ -1,0 +1,169 @@
+"""The ``switchyard`` command line.
+
+Each subcommand imports what it needs when it runs, so ``switchyard kafka status`` does not
+pay for loading torch and JAX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app import kafka_local
+
+RUNTIMES = ("torch", "jax", "numpy", "sim")
+BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift")
+
+
+def _kafka(ns: argparse.Namespace) -> int:
+    data_dir = Path(ns.data_dir)
+    if ns.action == "start":
+        return kafka_local.main_guard(kafka_local.start, ns.port, data_dir)
+    if ns.action == "stop":
+        return kafka_local.main_guard(kafka_local.stop, data_dir, false_ok=True)
+    return kafka_local.main_guard(kafka_local.status, data_dir)
+
+
+def _worker(ns: argparse.Namespace) -> int:
+    import os
+
+    if ns.web_port is not None:
+        os.environ["SWITCHYARD_WEB_PORT"] = str(ns.web_port)
+    from app.main import app  # reads the settings from the environment
+
+    level = {"warning": "warn", "critical": "crit"}.get(ns.loglevel, ns.loglevel)
+    argv = ["switchyard", "worker", "-l", level]
+    if ns.web_port is not None:
+        argv += ["--web-port", str(ns.web_port)]
+    sys.argv = argv
+    app.main()
+    return 0
+
+
+def _executor(ns: argparse.Namespace) -> int:
+    from app.executor import run_executor
+
+    return run_executor(
+        runtime=ns.runtime, device=ns.device, threads=ns.threads, device_id=ns.id,
+        slowdown_file=ns.slowdown_file, drift=ns.drift,
+    )
+
+
+def _submit(ns: argparse.Namespace) -> int:
+    from app.submit import run_submit
+
+    return run_submit(trace=Path(ns.trace), rate=ns.rate, wait=ns.wait, timeout_s=ns.timeout,
+                      limit=ns.limit, id_prefix=ns.id_prefix)
+
+
+def _profile(ns: argparse.Namespace) -> int:
+    from app.profile import run_profile
+
+    return run_profile(runtime=ns.runtime, device=ns.device, trace_path=Path(ns.trace),
+                       threads=ns.threads, repeats=ns.repeats)
+
+
+def _demo(ns: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(sim=ns.sim, workloads=ns.workloads, rate=ns.rate, keep_running=not ns.once)
+
+
+def _bench(ns: argparse.Namespace) -> int:
+    from bench import run_benchmark
+
+    return run_benchmark(ns.name, quick=ns.quick, out_dir=Path(ns.out))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (also used to check the README's help)."""
+    parser = argparse.ArgumentParser(
+        prog="switchyard",
+        description="Route tensor workloads to the device and variant that finish them best, "
+                    "learning from a Kafka stream of measurements.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    kafka = sub.add_parser("kafka", help="a local single-node Apache Kafka (KRaft) on 127.0.0.1",
+                           description="Start, stop or query a local Apache Kafka broker whose "
+                                       "jars are fetched once with Maven.")
+    kafka.add_argument("action", choices=("start", "stop", "status"))
+    kafka.add_argument("--port", type=int, default=9092, help="client port (default 9092; the "
+                       "KRaft controller listens on port+1)")
+    kafka.add_argument("--data-dir", default=str(kafka_local.DEFAULT_DATA_DIR),
+                       help="configuration, logs and data (default %(default)s)")
+    kafka.set_defaults(func=_kafka)
+
+    worker = sub.add_parser("worker", help="the Faust worker: registry, window, learn, decide, web",
+                            description="Run the Faust worker (settings from SWITCHYARD_* "
+                                        "environment variables).")
+    worker.add_argument("-l", "--loglevel", default="info",
+                        choices=("debug", "info", "warning", "warn", "error", "critical", "crit"))
+    worker.add_argument("--web-port", type=int, default=None, help="web view port (default 6066)")
+    worker.set_defaults(func=_worker)
+
+    executor = sub.add_parser("executor", help="an executor process holding one runtime on one device",
+                              description="Consume the device class's routes, run each op, and "
+                                          "publish metrics, outcomes and heartbeats.")
+    executor.add_argument("--runtime", required=True, choices=RUNTIMES)
+    executor.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N, or a sim model "
+                          "(h100, a100, l4, tpu-v5e, jetson-orin, cpu-core) for --runtime sim")
+    executor.add_argument("--threads", type=int, default=None, help="intra-op threads (pin on "
+                          "shared machines)")
+    executor.add_argument("--id", default=None, help="device id (default: host-runtime-device-pid)")
+    executor.add_argument("--slowdown-file", default=None, help="file holding a slowdown factor, "
+                          "re-read before each op (drift experiments)")
+    executor.add_argument("--drift", default=None, help="sim only: 'seconds:factor,...' schedule")
+    executor.set_defaults(func=_executor)
+
+    submit = sub.add_parser("submit", help="publish workloads from a JSONL trace",
+                            description="Publish a trace's workloads to switchyard.workloads.")
+    submit.add_argument("--trace", required=True, help="JSONL file, one workload per line")
+    submit.add_argument("--rate", type=float, default=None, help="workloads per second (default: "
+                        "as fast as possible)")
+    submit.add_argument("--wait", action="store_true", help="wait for every result and print a summary")
+    submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for results")
+    submit.add_argument("--limit", type=int, default=None, help="only the first N workloads")
+    submit.add_argument("--id-prefix", default=None, help="prefix workload ids (resubmit a trace "
+                        "as new work)")
+    submit.set_defaults(func=_submit)
+
+    profile = sub.add_parser("profile", help="run a trace's ops on one runtime, without Kafka",
+                             description="Time every op of a trace in every variant one runtime "
+                                         "supports, and print a table.")
+    profile.add_argument("--runtime", required=True, choices=RUNTIMES)
+    profile.add_argument("--device", default="cpu")
+    profile.add_argument("--trace", required=True)
+    profile.add_argument("--threads", type=int, default=None)
+    profile.add_argument("--repeats", type=int, default=5)
+    profile.set_defaults(func=_profile)
+
+    demo = sub.add_parser("demo", help="broker, worker, executors and a synthetic load",
+                          description="Start everything locally and print the dashboard address.")
+    demo.add_argument("--sim", action="store_true", help="add simulated devices")
+    demo.add_argument("--workloads", type=int, default=600, help="synthetic workloads to send")
+    demo.add_argument("--rate", type=float, default=20.0, help="workloads per second")
+    demo.add_argument("--once", action="store_true", help="stop after the load is done")
+    demo.set_defaults(func=_demo)
+
+    bench = sub.add_parser("bench", help="benchmarks: JSON and PNG under bench/out/",
+                           description="Run one benchmark and update BENCHMARKS.md.")
+    bench.add_argument("name", choices=BENCHMARKS)
+    bench.add_argument("--quick", action="store_true", help="a short run (under 5 minutes)")
+    bench.add_argument("--out", default="bench/out", help="output folder")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``switchyard`` console script."""
+    ns = build_parser().parse_args(argv)
+    try:
+        return int(ns.func(ns) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

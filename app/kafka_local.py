@@ -1,0 +1,352 @@
+"""A local single-node Apache Kafka (KRaft) for development, tests and CI.
+
+The broker's jars come from Maven Central through the pinned pom in ``docker/kafka/`` and are
+cached outside the repository, so a second start needs no network. ``start`` is idempotent,
+``stop`` only stops the broker this module started (its pid file), and readiness means a real
+metadata request succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+POM = REPO_ROOT / "docker" / "kafka" / "pom.xml"
+DEFAULT_DATA_DIR = Path(os.environ.get("SWITCHYARD_KAFKA_DATA_DIR", "~/.cache/switchyard/kafka-data"))
+CACHE_DIR = Path(os.environ.get("SWITCHYARD_KAFKA_CACHE", "~/.cache/switchyard/kafka")).expanduser()
+# About 512 MiB: enough for a test broker, small beside a worker and executors on 2 cores.
+HEAP = "-Xmx512m -Xms256m"
+READY_TIMEOUT_S = 90.0
+
+COMPOSE_HINT = (
+    "Or run the broker in a container instead: `docker compose -f docker/compose.yaml up kafka`."
+)
+
+
+class KafkaError(RuntimeError):
+    """A problem with the local broker, worded for the person at the terminal."""
+
+
+@dataclass(frozen=True)
+class BrokerPaths:
+    """Where one local broker keeps its configuration, logs, data and pid."""
+
+    data_dir: Path
+
+    @property
+    def config(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    @property
+    def log_config(self) -> Path:
+        return self.data_dir / "log4j2.properties"
+
+    @property
+    def logs(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / "broker.log"
+
+    @property
+    def kraft(self) -> Path:
+        return self.data_dir / "kraft"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / "broker.pid"
+
+    @property
+    def port_file(self) -> Path:
+        return self.data_dir / "broker.port"
+
+
+def kafka_version() -> str:
+    """The Kafka version pinned in the pom."""
+    match = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_text())
+    if not match:
+        raise KafkaError(f"no <kafka.version> in {POM}")
+    return match.group(1)
+
+
+def server_properties(port: int, controller_port: int, paths: BrokerPaths) -> str:
+    """The broker configuration: one node that is broker and controller, tuned to start fast."""
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={paths.kraft}",
+            "num.partitions=1",
+            # One node: every internal topic has one replica, and one partition is plenty
+            # (the default 50 offsets partitions alone add seconds to the first start).
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            # Consumers join at once instead of waiting 3 s for more members.
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=true",
+            "delete.topic.enable=true",
+            "log.retention.hours=24",
+            "message.max.bytes=16777216",
+            "",
+        ]
+    )
+
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = warn
+logger.apache.name = org.apache.kafka
+logger.apache.level = warn
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = info
+"""
+
+
+def _require_tools() -> tuple[str, str]:
+    java = shutil.which("java")
+    mvn = shutil.which("mvn")
+    missing = []
+    if java is None:
+        missing.append("a Java runtime (JDK 17 or newer, e.g. `apt-get install openjdk-17-jdk-headless`)")
+    if mvn is None and not _jars_present():
+        missing.append("Maven (`apt-get install maven`), used once to fetch the Kafka jars")
+    if missing:
+        raise KafkaError("To run a local Kafka broker, install " + " and ".join(missing) + ". " + COMPOSE_HINT)
+    assert java is not None
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    match = re.search(r'version "(\d+)', out)
+    if match and int(match.group(1)) < 17:
+        raise KafkaError(f"Kafka {kafka_version()} needs Java 17 or newer; found: {out.splitlines()[0]}. {COMPOSE_HINT}")
+    return java, mvn or ""
+
+
+def libs_dir() -> Path:
+    """The cached jar folder of the pinned Kafka version."""
+    return CACHE_DIR / f"kafka-{kafka_version()}" / "libs"
+
+
+def _jars_present() -> bool:
+    libs = libs_dir()
+    return libs.is_dir() and any(libs.glob("kafka_2.13-*.jar"))
+
+
+def fetch_jars(mvn: str) -> Path:
+    """Fetch the pinned Kafka jars with Maven into the cache (once)."""
+    libs = libs_dir()
+    if _jars_present():
+        return libs
+    print(f"fetching Apache Kafka {kafka_version()} jars with Maven into {libs} ...", flush=True)
+    tmp = libs.with_name("libs.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    proc = subprocess.run(
+        [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+         "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"],
+        capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise KafkaError(f"Maven could not fetch the Kafka jars:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    tmp.rename(libs)
+    return libs
+
+
+def _classpath() -> str:
+    return str(libs_dir()) + "/*"
+
+
+def _java_cmd(java: str, paths: BrokerPaths, main_class: str, *args: str) -> list[str]:
+    return [
+        java, *HEAP.split(), "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={paths.log_config}",
+        "-cp", _classpath(), main_class, *args,
+    ]
+
+
+def read_pid(paths: BrokerPaths) -> int | None:
+    """The pid of the broker this data dir started, if that process still runs."""
+    try:
+        pid = int(paths.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    # A recycled pid would belong to something else: check it is our java.
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        # Empty while the java launcher re-executes itself at start: still ours.
+        if cmdline and b"kafka.Kafka" not in cmdline:
+            return None
+    except OSError:
+        pass
+    return pid
+
+
+async def _metadata_ok(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    from aiokafka import AIOKafkaClient  # a real metadata request, the readiness signal
+
+    # Refused connections are the expected answer while a broker starts: not worth a log line.
+    aiokafka_logger = logging.getLogger("aiokafka")
+    level = aiokafka_logger.level
+    aiokafka_logger.setLevel(logging.CRITICAL)
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await asyncio.wait_for(client.bootstrap(), timeout_s)
+        return bool(client.cluster.brokers())
+    except Exception:  # noqa: BLE001 - any failure means "not ready yet"
+        return False
+    finally:
+        await client.close()
+        aiokafka_logger.setLevel(level)
+
+
+def broker_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    """Whether a metadata request to ``bootstrap`` succeeds."""
+    return asyncio.run(_metadata_ok(bootstrap, timeout_s))
+
+
+def wait_ready(bootstrap: str, timeout_s: float = READY_TIMEOUT_S,
+               process: subprocess.Popen[bytes] | None = None,
+               paths: BrokerPaths | None = None) -> float:
+    """Wait until the broker answers metadata requests; return the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if broker_ready(bootstrap, 2.0):
+            return time.monotonic() - started
+        if process is not None and paths is not None and process.poll() is not None:
+            tail = paths.log_file.read_text()[-3000:] if paths.log_file.exists() else ""
+            paths.pid_file.unlink(missing_ok=True)
+            raise KafkaError(f"the broker exited during start; see {paths.log_file}\n{tail}")
+        time.sleep(0.3)
+    raise KafkaError(f"the broker did not answer at {bootstrap} within {timeout_s:.0f} s")
+
+
+def start(port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR) -> str:
+    """Start the local broker if it does not run; return its bootstrap address."""
+    paths = BrokerPaths(data_dir.expanduser().resolve())
+    bootstrap = f"127.0.0.1:{port}"
+    pid = read_pid(paths)
+    if pid is not None:
+        running_port = paths.port_file.read_text().strip() if paths.port_file.exists() else str(port)
+        print(f"Kafka already running (pid {pid}) at 127.0.0.1:{running_port}")
+        return f"127.0.0.1:{running_port}"
+    if broker_ready(bootstrap, 1.5):
+        print(f"a Kafka broker already answers at {bootstrap} (not started by switchyard); using it")
+        return bootstrap
+    java, mvn = _require_tools()
+    fetch_jars(mvn)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    paths.config.write_text(server_properties(port, port + 1, paths))
+    paths.log_config.write_text(LOG4J2.format(log_file=paths.log_file))
+    if not (paths.kraft / "meta.properties").exists():
+        cluster_id = _cluster_id()
+        proc = subprocess.run(
+            _java_cmd(java, paths, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                      "-c", str(paths.config), "--ignore-formatted"),
+            capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            raise KafkaError(f"formatting the broker's storage failed:\n{proc.stdout}{proc.stderr}")
+    began = time.monotonic()
+    with open(paths.logs / "stdout.log", "ab") as out:
+        process = subprocess.Popen(
+            _java_cmd(java, paths, "kafka.Kafka", str(paths.config)),
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives the CLI; `switchyard kafka stop` ends it
+        )
+    paths.pid_file.write_text(str(process.pid))
+    paths.port_file.write_text(str(port))
+    wait_ready(bootstrap, process=process, paths=paths)
+    print(f"Kafka {kafka_version()} started (pid {process.pid}) in {time.monotonic() - began:.1f} s; "
+          f"bootstrap {bootstrap}; logs {paths.log_file}")
+    return bootstrap
+
+
+def _cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def stop(data_dir: Path = DEFAULT_DATA_DIR, timeout_s: float = 30.0) -> bool:
+    """Stop the broker this data dir started and wait for it; False if none ran."""
+    paths = BrokerPaths(data_dir.expanduser().resolve())
+    pid = read_pid(paths)
+    if pid is None:
+        print("no Kafka broker started by switchyard is running")
+        paths.pid_file.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and read_pid(paths) is not None:
+        time.sleep(0.2)
+    if read_pid(paths) is not None:
+        logger.warning("broker %s ignored SIGTERM for %.0f s; killing it", pid, timeout_s)
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    paths.pid_file.unlink(missing_ok=True)
+    print(f"Kafka stopped (pid {pid})")
+    return True
+
+
+def status(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
+    """Print whether the local broker runs and where; True if it does."""
+    paths = BrokerPaths(data_dir.expanduser().resolve())
+    pid = read_pid(paths)
+    if pid is None:
+        print(f"Kafka is not running (data dir {paths.data_dir})")
+        return False
+    port = paths.port_file.read_text().strip() if paths.port_file.exists() else "?"
+    ready = broker_ready(f"127.0.0.1:{port}", 2.0)
+    print(f"Kafka {'running' if ready else 'starting (not answering yet)'}: pid {pid}, "
+          f"bootstrap 127.0.0.1:{port}, data {paths.data_dir}, logs {paths.log_file}")
+    return ready
+
+
+def main_guard(fn, *args, false_ok: bool = False, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    """Run a broker command, turning KafkaError into a message and exit code 1.
+
+    A command answering False exits 1 (``status``: not running) unless ``false_ok``
+    (``stop`` with nothing to stop is still a success: stop is idempotent).
+    """
+    try:
+        result = fn(*args, **kwargs)
+    except KafkaError as exc:
+        print(f"switchyard kafka: {exc}", file=sys.stderr)
+        return 1
+    return 0 if (result is not False or false_ok) else 1

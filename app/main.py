@@ -1,0 +1,109 @@
+"""The Faust application: built from the settings, with the contract's topics and tables.
+
+``python -m app worker -l info`` runs it (the Faust convention); so does ``switchyard worker``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import faust
+
+from app import topics as names
+from app.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
+
+
+def broker_credentials(settings: Settings) -> Any:
+    """Faust credentials for the configured Kafka security protocol (None for PLAINTEXT)."""
+    if settings.security_protocol == "PLAINTEXT":
+        return None
+    if settings.security_protocol == "SSL":
+        return faust.SSLCredentials(settings.ssl_context())
+    password = settings.sasl_password.get_secret_value() if settings.sasl_password else ""
+    return faust.SASLCredentials(
+        username=settings.sasl_username or "",
+        password=password,
+        mechanism=settings.sasl_mechanism,
+        ssl_context=settings.ssl_context(),
+    )
+
+
+def create_app(settings: Settings, *, app_id: str | None = None,
+               autodiscover: bool | list[str] = True) -> faust.App:
+    """Build the Faust app. Tests build their own with another id and data dir."""
+    discover: bool | list[str] = ["agents", "app.web"] if autodiscover is True else autodiscover
+    return faust.App(
+        app_id or settings.app_id,
+        broker=settings.broker_url,
+        broker_credentials=broker_credentials(settings),
+        store=settings.store,
+        datadir=str(settings.data_dir),
+        autodiscover=discover,
+        origin="app",
+        topic_partitions=settings.workload_partitions,
+        topic_replication_factor=1,
+        # At-least-once plus idempotent effects: Faust's exactly_once is unreliable
+        # (faust-streaming issues 517, 323, 440, 177).
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        # A short commit interval bounds the work redone after a crash.
+        broker_commit_interval=1.0,
+        web_port=settings.web_port,
+        web_bind=settings.web_bind,
+        web_host=settings.web_bind,
+        # The web view is read-only: Faust's raw table and debug pages stay off unless asked for.
+        web_tables_enabled=settings.web_debug_routes,
+        web_router_enabled=settings.web_debug_routes,
+        web_graph_enabled=settings.web_debug_routes,
+        web_stats_enabled=settings.web_debug_routes,
+        web_metrics_enabled=False,
+        # Windowed tables are swept this often; the sweep is what frees expired windows.
+        table_cleanup_interval=5.0,
+        stream_wait_empty=False,
+        producer_max_request_size=16 * 1024 * 1024,
+        consumer_max_fetch_size=16 * 1024 * 1024,
+    )
+
+
+class Topics:
+    """The contract's topics as Faust topic objects of one app, declared in one place."""
+
+    def __init__(self, app: faust.App, settings: Settings) -> None:
+        raw = {"key_type": str, "key_serializer": "raw", "value_serializer": "raw"}
+        # Inputs are read as raw bytes: the stage validates them itself so that bad input
+        # becomes a dead letter with its original bytes rather than a crashed agent.
+        self.workloads = app.topic(names.WORKLOADS, partitions=settings.workload_partitions, **raw)
+        self.outcomes = app.topic(names.OUTCOMES, partitions=settings.workload_partitions, **raw)
+        self.metrics = app.topic(names.METRICS, partitions=settings.metric_partitions, **raw)
+        self.heartbeats = app.topic(names.HEARTBEATS, partitions=settings.metric_partitions, **raw)
+        self.results = app.topic(names.RESULTS, partitions=settings.workload_partitions, **raw)
+        self.deadletter = app.topic(names.DEADLETTER, partitions=1, **raw)
+        self._routes: dict[str, faust.TopicT] = {}
+        self._app = app
+        self._settings = settings
+
+    def route(self, device_class: str) -> faust.TopicT:
+        """The route topic of ``device_class`` (declared once per class)."""
+        topic = self._routes.get(device_class)
+        if topic is None:
+            topic = self._app.topic(
+                names.route_topic(device_class),
+                partitions=self._settings.route_partitions,
+                key_type=str, key_serializer="raw", value_serializer="raw",
+            )
+            self._routes[device_class] = topic
+        return topic
+
+
+settings = get_settings()
+app = create_app(settings)
+topics = Topics(app, settings)
+
+
+def main() -> None:
+    """Entry point of ``python -m app``: Faust's own command line."""
+    app.main()

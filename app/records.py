@@ -1,0 +1,133 @@
+"""Wire schemas of the contract's topics, as Faust records.
+
+Values are plain JSON objects with no Faust metadata (``include_metadata=False``), so any
+client in any language reads them; the JSON Schemas in ``app/schemas/`` describe the same
+fields. Optional fields are ``None`` where a value was not measured or does not apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+
+class _Wire(faust.Record, serializer="json", include_metadata=False, abstract=True):
+    """Base of every record on the wire."""
+
+
+class RouteRecord(_Wire):
+    """One routing decision on ``switchyard.routes.<device_class>``, key = workload id.
+
+    An executor needs nothing but this record to do the work.
+    """
+
+    id: str
+    workload: dict[str, Any]
+    device_class: str
+    variant: dict[str, Any]
+    predicted_ms: float
+    predicted_std_ms: float
+    reason: str
+    model_version: int
+    decided_at_ms: int
+    predicted_energy_j: float | None = None
+    policy: str = "switchyard"
+    expected_wait_ms: float = 0.0
+    meets_deadline: bool = True
+    # 1 for the first decision; higher when the workload was routed again after its class died.
+    attempt: int = 1
+
+
+class MetricRecord(_Wire):
+    """One execution on ``switchyard.metrics``, key = device id, partitioned by device class."""
+
+    workload_id: str
+    device_id: str
+    device_class: str
+    runtime: str
+    op: dict[str, Any]
+    variant: dict[str, Any]
+    flops: float
+    bytes_moved: float
+    status: str
+    queue_ms: float
+    exec_ms: float
+    started_at_ms: int
+    finished_at_ms: int
+    compile_ms: float | None = None
+    energy_j: float | None = None
+    predicted_ms: float | None = None
+    error: str | None = None
+    attempt: int = 1
+    simulated: bool = False
+    throttled: bool = False
+
+
+class HeartbeatRecord(_Wire):
+    """An executor's periodic liveness report on ``switchyard.heartbeats``, key = device id."""
+
+    device_id: str
+    device_class: str
+    runtime: str
+    device: str
+    capabilities: list[list[str]]
+    queue_depth: int
+    sent_at_ms: int
+    started_at_ms: int
+    model: str = ""
+    in_hand: int = 0
+    memory_bytes: int | None = None
+    power_w: float | None = None
+    threads: int | None = None
+    simulated: bool = False
+    # "up" while serving; "stopping" in the last heartbeat of a clean shutdown.
+    state: str = "up"
+
+
+class ResultRecord(_Wire):
+    """The one result of a workload on ``switchyard.results`` (key = workload id).
+
+    Executors publish the same shape to the internal ``switchyard.outcomes`` topic; the worker
+    forwards the first outcome of each workload here and suppresses later duplicates.
+    """
+
+    id: str
+    status: str
+    device_id: str
+    device_class: str
+    variant: dict[str, Any]
+    latency_ms: float
+    queue_ms: float
+    checksum: str | None = None
+    energy_j: float | None = None
+    error: str | None = None
+    output: dict[str, Any] | None = None
+    compile_ms: float | None = None
+    attempt: int = 1
+    simulated: bool = False
+    decided_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    submitted_at_ms: int | None = None
+
+
+class DeadLetterRecord(_Wire):
+    """A rejected message on ``switchyard.deadletter``, with everything needed to replay it."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    raw_b64: str
+    stage: str
+    rejected_at_ms: int
+    key: str | None = None
+
+
+ALL_RECORDS: tuple[type[_Wire], ...] = (
+    RouteRecord,
+    MetricRecord,
+    HeartbeatRecord,
+    ResultRecord,
+    DeadLetterRecord,
+)

@@ -1,0 +1,145 @@
+"""One typed settings object, read from the environment (prefix ``SWITCHYARD_``).
+
+Every knob of the system lives here so that a deployment is configured by environment alone
+(Procfile, compose file, CI). Secrets are ``SecretStr``: they never appear in ``repr``, logs or
+the web view.
+"""
+
+from __future__ import annotations
+
+import ssl
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PolicyName = Literal[
+    "switchyard", "round_robin", "random", "pow2", "jsq", "static", "dmda", "oracle"
+]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class Settings(BaseSettings):
+    """Switchyard's configuration. Field ``foo_bar`` is read from ``SWITCHYARD_FOO_BAR``."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHYARD_", extra="ignore", frozen=True)
+
+    # --- Kafka -------------------------------------------------------------------------------
+    broker: str = Field(
+        default="127.0.0.1:9092",
+        description="Kafka bootstrap servers, comma separated (host:port).",
+    )
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_password: SecretStr | None = None
+
+    # --- The Faust worker ----------------------------------------------------------------------
+    app_id: str = Field(default="switchyard", description="Faust app id (consumer group prefix).")
+    store: str = Field(default="rocksdb://", description="Table store: rocksdb:// or memory://.")
+    data_dir: Path = Field(default=Path("data"), description="Worker state (RocksDB tables).")
+    web_port: int = Field(default=6066, ge=1, le=65535)
+    web_bind: str = Field(default="127.0.0.1", description="Bind address of the web view.")
+    web_debug_routes: bool = Field(
+        default=False, description="Expose Faust's raw /table/ and debug pages (off: read-only API)."
+    )
+    log_level: LogLevel = "info"
+    # Partition counts of the contract topics. Workload-keyed topics (workloads, outcomes,
+    # results) must share one count: the completion table's changelog *is* the results topic.
+    workload_partitions: int = Field(default=4, ge=1, le=256)
+    metric_partitions: int = Field(default=4, ge=1, le=256)
+    route_partitions: int = Field(default=4, ge=1, le=256)
+
+    # --- Routing -------------------------------------------------------------------------------
+    policy: PolicyName = "switchyard"
+    static_class: str | None = Field(
+        default=None, description="Device class used by the `static` policy (None: the first seen)."
+    )
+    seed: int = Field(default=0, description="Seed of the deciders' random generator.")
+    # A device is dead after missing this long of heartbeats: three periods tolerate one lost
+    # heartbeat and a GC pause without flapping.
+    heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    device_timeout_s: float = Field(default=5.0, gt=0)
+    # In-flight work whose class has no live device for this long is routed again.
+    reroute_check_s: float = Field(default=1.0, gt=0)
+
+    # --- Windows -------------------------------------------------------------------------------
+    tumbling_window_s: float = Field(default=10.0, gt=0)
+    hopping_window_s: float = Field(default=60.0, gt=0)
+    hopping_step_s: float = Field(default=10.0, gt=0)
+    window_expires_s: float = Field(default=300.0, gt=0)
+
+    # --- Metric path batching (per-event table writes are the cost; see DESIGN.md) -----------
+    metric_batch_size: int = Field(default=500, ge=1)
+    metric_batch_within_s: float = Field(default=0.25, gt=0)
+
+    # --- Input limits ----------------------------------------------------------------------------
+    max_elements: int = Field(default=2**28, ge=1, description="Inputs + output elements of one op.")
+    max_inline_elements: int = Field(default=2**20, ge=1)
+    max_message_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(default=32, ge=2)
+
+    @field_validator("broker")
+    @classmethod
+    def _broker_has_port(cls, value: str) -> str:
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"broker {server!r} is not host:port")
+        return value
+
+    @property
+    def broker_url(self) -> str:
+        """The broker in Faust's URL form (``kafka://host:port;host:port``)."""
+        return "kafka://" + ";".join(s.strip() for s in self.broker.split(","))
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """An SSL context for SSL/SASL_SSL, built from the configured files."""
+        if self.security_protocol not in ("SSL", "SASL_SSL"):
+            return None
+        context = ssl.create_default_context(
+            cafile=str(self.ssl_cafile) if self.ssl_cafile else None
+        )
+        if self.ssl_certfile:
+            context.load_cert_chain(
+                str(self.ssl_certfile),
+                str(self.ssl_keyfile) if self.ssl_keyfile else None,
+                self.ssl_password.get_secret_value() if self.ssl_password else None,
+            )
+        return context
+
+    def kafka_client_kwargs(self) -> dict[str, Any]:
+        """Security keyword arguments for aiokafka producers, consumers and admin clients."""
+        kwargs: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.security_protocol.startswith("SASL"):
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            kwargs["sasl_plain_password"] = (
+                self.sasl_password.get_secret_value() if self.sasl_password else None
+            )
+        context = self.ssl_context()
+        if context is not None:
+            kwargs["ssl_context"] = context
+        return kwargs
+
+    def public_view(self) -> dict[str, Any]:
+        """Settings as shown to operators: secrets masked, paths as text."""
+        shown = self.model_dump(mode="json")
+        for name in ("sasl_password", "ssl_password"):
+            if shown.get(name) is not None:
+                shown[name] = "**********"
+        return shown
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,180 @@
+"""The runtime contract every executor backend implements, and the honest timing loop.
+
+What ``exec_ms`` covers, for every runtime: one run of the op on inputs already resident on the
+device in the variant's storage format, from ``perf_counter_ns`` before the call to after the
+device is synchronised. Excluded (and never reported as execution): host-to-device transfer,
+casting inputs to the variant's dtype, packing int8 weights, copying the output back, and
+compilation, which is timed separately as ``compile_ms`` on the first run of a new
+(shape, variant). Every new (shape, variant) gets one untimed warm-up run first.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from models.ops import MODES, OP_KINDS, PRECISIONS, OpSpec, Variant, supports_precision
+from runtimes.energy import EnergyMeter, NullMeter
+
+Capability = tuple[str, str, str]  # (op kind, precision, mode)
+WARM_CACHE_SIZE = 512  # distinct (shape, variant) pairs kept warm/compiled per runtime
+
+
+class VariantRefused(RuntimeError):
+    """The runtime does not run this (kind, precision, mode); ``str(exc)`` is the reason."""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What one execution measured. ``output`` is float32 (None for simulated devices)."""
+
+    output: np.ndarray | None
+    exec_ms: float
+    compile_ms: float | None
+    energy_j: float | None
+    warmup: bool  # True when this call was the first of its (shape, variant) and warmed it up
+
+
+def machine_arch() -> str:
+    """``x86`` or ``arm`` (or the raw machine name, lowercased, for anything else)."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64", "i686", "i386"):
+        return "x86"
+    if machine in ("aarch64", "arm64") or machine.startswith("arm"):
+        return "arm"
+    return re.sub(r"[^a-z0-9]", "", machine) or "unknown"
+
+
+_VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "google"}
+
+
+def accelerator_model(name: str) -> str:
+    """A topic-safe model name: ``NVIDIA H100 80GB HBM3`` -> ``h100``,
+    ``NVIDIA A100-SXM4-80GB`` -> ``a100``, ``NVIDIA GeForce RTX 4090`` -> ``rtx4090``,
+    ``TPU v5 lite`` -> ``v5lite``."""
+    tokens = [t for t in re.split(r"[\s_]+", name.lower()) if t and t not in _VENDOR_WORDS]
+    if tokens and tokens[0] == "tpu":
+        return re.sub(r"[^a-z0-9]", "", "".join(tokens[1:])) or "tpu"
+    picked: list[str] = []
+    for token in tokens:
+        picked.append(token.split("-")[0])
+        if any(c.isdigit() for c in token):
+            break
+    return re.sub(r"[^a-z0-9]", "", "".join(picked)) or "unknown"
+
+
+def device_class_name(runtime: str, device_kind: str, model: str) -> str:
+    """``<runtime>-<device kind>-<model>``, lowercase, only ``[a-z0-9-]``."""
+    raw = f"{runtime}-{device_kind}-{model}".lower()
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", raw)).strip("-")
+
+
+def contract_refusal(kind: str, precision: str, mode: str) -> str | None:
+    """Reasons that hold on every runtime: unknown names, int8 outside GEMM-shaped ops."""
+    if kind not in OP_KINDS:
+        return f"unknown op kind {kind!r}"
+    if precision not in PRECISIONS:
+        return f"unknown precision {precision!r}"
+    if mode not in MODES:
+        return f"unknown mode {mode!r}"
+    if not supports_precision(kind, precision):
+        return f"{precision} is only defined for linear, matmul and mlp (dynamic quantization)"
+    return None
+
+
+class Runtime(ABC):
+    """One runtime bound to one device. Not thread-safe: the executor calls it from one thread."""
+
+    name: str
+    device: str
+    device_class: str
+    simulated: bool = False
+
+    def __init__(self) -> None:
+        self._warm: OrderedDict[tuple[str, Variant], Any] = OrderedDict()
+        self.meter: EnergyMeter = NullMeter()
+
+    @abstractmethod
+    def refusal(self, kind: str, precision: str, mode: str) -> str | None:
+        """Why this runtime will not run (kind, precision, mode), or None if it will."""
+
+    def capabilities(self) -> list[Capability]:
+        """Every (kind, precision, mode) this runtime runs, in catalog order."""
+        return [
+            (k, p, m)
+            for k in OP_KINDS
+            for p in PRECISIONS
+            for m in MODES
+            if self.refusal(k, p, m) is None
+        ]
+
+    def memory(self) -> dict[str, int | None]:
+        """Device memory for heartbeats; subclasses with device memory override."""
+        return {"device_memory_used_bytes": None, "device_memory_total_bytes": None}
+
+    # --- the timing loop; subclasses supply the four hooks below -------------------------
+    @abstractmethod
+    def _prepare(self, spec: OpSpec, variant: Variant, inputs: dict[str, np.ndarray]) -> Any:
+        """Move/cast/pack inputs for ``variant`` (untimed). Returns the run's arguments."""
+
+    @abstractmethod
+    def _build(self, spec: OpSpec, variant: Variant, args: Any) -> tuple[Any, float | None]:
+        """A callable ``fn(args) -> device output``, and its compile time in ms if compiled.
+
+        Called once per new (shape, variant); the result is cached.
+        """
+
+    @abstractmethod
+    def _sync(self, out: Any) -> None:
+        """Block until the device has finished producing ``out``."""
+
+    @abstractmethod
+    def _to_numpy(self, out: Any) -> np.ndarray:
+        """Copy a device output to a float32 NumPy array."""
+
+    def execute(self, spec: OpSpec, variant: Variant, inputs: dict[str, np.ndarray]) -> Execution:
+        """Run ``spec`` in exactly ``variant`` on ``inputs`` and measure it.
+
+        Raises VariantRefused (never substitutes another variant); other exceptions (OOM,
+        backend errors) propagate for the caller to report.
+        """
+        reason = self.refusal(spec.kind, variant.precision, variant.mode)
+        if reason is not None:
+            raise VariantRefused(reason)
+        args = self._prepare(spec, variant, inputs)
+        key = (spec.signature(), variant)
+        compile_ms: float | None = None
+        warmup = key not in self._warm
+        if warmup:
+            fn, compile_ms = self._build(spec, variant, args)
+            self._sync(fn(args))  # warm-up: allocator, autotuning, lazy init; not reported
+            self._warm[key] = fn
+            while len(self._warm) > WARM_CACHE_SIZE:
+                self._warm.popitem(last=False)
+        else:
+            self._warm.move_to_end(key)
+            fn = self._warm[key]
+        before = self.meter.sample()
+        start = time.perf_counter_ns()
+        out = fn(args)
+        self._sync(out)
+        elapsed_ns = time.perf_counter_ns() - start
+        energy_j = self.meter.joules(before, self.meter.sample())
+        return Execution(
+            output=self._to_numpy(out),
+            exec_ms=elapsed_ns / 1e6,
+            compile_ms=compile_ms,
+            energy_j=energy_j,
+            warmup=warmup,
+        )
+
+    def close(self) -> None:
+        """Release device resources (caches, compiled functions)."""
+        self._warm.clear()

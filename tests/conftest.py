@@ -1,0 +1,34 @@
+"""Shared fixtures: the real broker, unique names, and processes started once and reused."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from app.kafka_local import broker_ready
+
+BROKER = os.environ.get("SWITCHYARD_BROKER", "127.0.0.1:9092")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def broker() -> str:
+    """The real Kafka broker's bootstrap address.
+
+    Tests that need Kafka must run in CI: there a missing broker fails the test; on a
+    developer's machine it skips with the command that starts one.
+    """
+    if not broker_ready(BROKER, 5.0):
+        message = f"no Kafka broker answers at {BROKER}; start one with `switchyard kafka start`"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return BROKER
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topic names and consumer groups of one test."""
+    return uuid.uuid4().hex[:10]

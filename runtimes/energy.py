@@ -142,7 +142,9 @@ def nvml_index(cuda_index: int) -> int:
     """NVML numbers all GPUs; CUDA only the visible ones. Map through CUDA_VISIBLE_DEVICES."""
     import os
 
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    visible = [
+        v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
+    ]
     if cuda_index < len(visible) and visible[cuda_index].isdigit():
         return int(visible[cuda_index])
     return cuda_index

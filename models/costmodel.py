@@ -1,0 +1,355 @@
+"""Per-device-class cost models: predicted execution time (and energy) of an op/variant.
+
+`CostModel` regresses ln(exec ms) — and ln(joules) where energy is measured — on
+`models.features.featurize` with `models.regression.BayesLinReg`, starting from the class's
+roofline prior (`models.priors`). It follows river's contract: ``predict_one`` works on a fresh
+model, ``learn_one``/``learn_many`` never mutate their inputs, and the state round-trips through
+``to_dict``/``from_dict`` (plain JSON, a few KB: a value of the ``models`` table).
+
+Every row learned is first predicted (progressive validation), so ``error_summary()`` is the
+error on data the model had not seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from models.features import BIAS_INDEX, FEATURE_NAMES, N_FEATURES, PRIOR_INDEX, featurize
+from models.ops import OpSpec, Variant
+from models.priors import PriorDevice, prior_for_class
+from models.regression import BayesLinReg, ErrorTracker
+
+__all__ = [
+    "COST_MODEL_KINDS",
+    "CostModel",
+    "CostModelLike",
+    "Prediction",
+    "Row",
+    "compare_online",
+    "cost_model_from_dict",
+    "make_cost_model",
+    "validate_rows",
+]
+
+# One learned row: (op, variant, measured exec ms, measured joules or None).
+Row = tuple[OpSpec, Variant, float, float | None]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A cost prediction. ``mean_ms`` is exp of the predicted mean log time (the median of the
+    log-normal predictive); ``std_ms`` its log-normal std; ``log_mean``/``log_std`` are the
+    predictive moments of ln(ms) themselves. Energy fields are None until energy is measured."""
+
+    mean_ms: float
+    std_ms: float
+    energy_j: float | None
+    energy_std_j: float | None
+    samples: int
+    log_mean: float = 0.0
+    log_std: float = 0.0
+
+
+@runtime_checkable
+class CostModelLike(Protocol):
+    """What policies and agents rely on; `CostModel`, `SGDCostModel` and `HistoryCostModel`
+    all provide it."""
+
+    device_class: str
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def samples(self) -> int: ...
+
+    def predict_one(self, op: OpSpec, variant: Variant) -> Prediction: ...
+
+    def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float: ...
+
+    def learn_one(self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None) -> None: ...
+
+    def learn_many(self, rows: Iterable[Row]) -> None: ...
+
+    def error_summary(self) -> dict[str, float | int | None]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def clone(self) -> CostModelLike: ...
+
+
+def validate_rows(rows: Iterable[Row]) -> list[Row]:
+    """Check every row before any state changes (a batch is learned whole or not at all).
+
+    Raises ValueError for a non-positive or non-finite exec time; energy that is None,
+    non-finite or <= 0 is treated as not measured.
+    """
+    out: list[Row] = []
+    for i, (op, variant, exec_ms, energy_j) in enumerate(rows):
+        exec_ms = float(exec_ms)
+        if not math.isfinite(exec_ms) or exec_ms <= 0.0:
+            raise ValueError(f"row {i}: exec_ms must be finite and > 0, got {exec_ms}")
+        energy = None
+        if energy_j is not None and math.isfinite(float(energy_j)) and float(energy_j) > 0.0:
+            energy = float(energy_j)
+        out.append((op, variant, exec_ms, energy))
+    return out
+
+
+def _lognormal_std(log_mean: float, log_var: float) -> float:
+    """Std of a log-normal with these log moments (relative to its median exp(log_mean))."""
+    return math.exp(log_mean) * math.sqrt(math.expm1(min(log_var, 50.0)))
+
+
+# Prior std of each weight (ln units per unit of feature), by how far the roofline is trusted.
+# "sim": the simulator *is* a roofline plus noise, so corrections stay small; "live": real
+# runtimes miss the roofline by 2-10x (cache effects, dispatch, emulated precisions), so the
+# offset may move by e^1 and each size decade by 30%.
+PRIOR_STD: dict[str, dict[str, float]] = {
+    "sim": {"bias": 0.3, "size": 0.1, "prior": 0.05, "kind": 0.2, "precision": 0.2, "mode": 0.1},
+    "live": {"bias": 1.0, "size": 0.3, "prior": 0.15, "kind": 0.5, "precision": 0.5, "mode": 0.3},
+}
+# Prior residual std (ln units): the simulator's noise is ~10%; live timings jitter ~20-30%.
+NOISE_STD: dict[str, float] = {"sim": 0.15, "live": 0.3}
+
+
+def _prior_arrays(scale: str, bias_mean: float) -> tuple[np.ndarray, np.ndarray]:
+    stds = PRIOR_STD[scale]
+    mean, std = np.zeros(N_FEATURES), np.empty(N_FEATURES)
+    for i, name in enumerate(FEATURE_NAMES):
+        group = name.split("=")[0] if "=" in name else name
+        std[i] = {
+            "bias": stds["bias"], "prior_log_ms": stds["prior"], "kind": stds["kind"],
+            "precision": stds["precision"], "mode": stds["mode"],
+        }.get(group, stds["size"])
+    mean[PRIOR_INDEX] = 1.0
+    mean[BIAS_INDEX] = bias_mean
+    return mean, std
+
+
+class CostModel:
+    """Bayesian linear regression of ln(time) and ln(energy) for one device class."""
+
+    KIND = "blr"
+    # Features are pure functions of (op, variant) for a fixed prior device; caching them
+    # makes a repeat prediction two dot products. Cleared when full to stay bounded.
+    FEATURE_CACHE_SIZE = 4096
+
+    def __init__(self, device_class: str, prior: PriorDevice | None = None, *, forgetting: float = 0.99) -> None:
+        """A cold model at the roofline prior of ``prior`` (default: `prior_for_class`).
+
+        ``forgetting`` 0.99 keeps ~100 rows of memory: enough for ~20 weights on a mixed
+        stream, while abrupt shifts are caught by the regression's drift detector.
+        """
+        self.device_class = device_class
+        self.prior = prior or prior_for_class(device_class)
+        scale = self.prior.scale
+        mean, std = _prior_arrays(scale, 0.0)
+        self.time = BayesLinReg(mean, std, NOISE_STD[scale], forgetting=forgetting, bias_index=BIAS_INDEX)
+        self.energy: BayesLinReg | None = None
+        self.errors = ErrorTracker()
+        self.energy_errors = ErrorTracker()
+        self._version = 0
+        self._cache: dict[tuple[OpSpec, Variant], np.ndarray] = {}
+
+    @classmethod
+    def for_class(cls, device_class: str, **options: Any) -> CostModel:
+        """A cold model for ``device_class`` with its roofline prior."""
+        return cls(device_class, **options)
+
+    def _new_energy_regression(self) -> BayesLinReg:
+        scale = self.prior.scale
+        # ln(J) = ln(ms) + ln(W / 1000): the prior is busy power times the roofline time.
+        mean, std = _prior_arrays(scale, math.log(self.prior.busy_power_w / 1e3))
+        return BayesLinReg(mean, std, NOISE_STD[scale] * 1.5, forgetting=self.time.forgetting, bias_index=BIAS_INDEX)
+
+    # -- contract properties ---------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """Increments on every learn call (a table write can carry it)."""
+        return self._version
+
+    @property
+    def samples(self) -> int:
+        """Rows of execution time learned."""
+        return self.time.rows
+
+    @property
+    def energy_samples(self) -> int:
+        """Rows with measured energy learned."""
+        return 0 if self.energy is None else self.energy.rows
+
+    # -- prediction ------------------------------------------------------------------------
+    def features(self, op: OpSpec, variant: Variant) -> np.ndarray:
+        """The (cached, read-only) feature vector of ``op`` at ``variant`` on this class."""
+        key = (op, variant)
+        x = self._cache.get(key)
+        if x is None:
+            if len(self._cache) >= self.FEATURE_CACHE_SIZE:
+                self._cache.clear()
+            x = featurize(op, variant, self.prior.roofline_log_ms(op, variant))
+            x.flags.writeable = False
+            self._cache[key] = x
+        return x
+
+    def prior_ms(self, op: OpSpec, variant: Variant) -> float:
+        """The roofline prior time in ms."""
+        return math.exp(self.prior.roofline_log_ms(op, variant))
+
+    def predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
+        """Predicted time (and energy, once measured) with uncertainty."""
+        x = self.features(op, variant)
+        mu, param_var, noise = self.time.moments(x)
+        var = param_var + noise
+        energy_j = energy_std_j = None
+        if self.energy is not None and self.energy.rows:
+            e_mu, e_param, e_noise = self.energy.moments(x)
+            energy_j = math.exp(e_mu)
+            energy_std_j = _lognormal_std(e_mu, e_param + e_noise)
+        return Prediction(
+            mean_ms=math.exp(mu), std_ms=_lognormal_std(mu, var), energy_j=energy_j,
+            energy_std_j=energy_std_j, samples=self.samples, log_mean=mu, log_std=math.sqrt(var),
+        )
+
+    def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
+        """A Thompson sample of the expected time: the mean log time drawn from the posterior
+        (weight uncertainty only, not the run-to-run noise)."""
+        mu, param_var, _ = self.time.moments(self.features(op, variant))
+        return math.exp(mu + math.sqrt(param_var) * float(rng.standard_normal()))
+
+    # -- learning --------------------------------------------------------------------------
+    def learn_one(self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None) -> None:
+        """Learn one measured execution (predicting it first, for the running error)."""
+        self.learn_many([(op, variant, exec_ms, energy_j)])
+
+    def learn_many(self, rows: Iterable[Row]) -> None:
+        """Learn a batch; the weights equal learning the rows one by one, in order."""
+        batch = validate_rows(rows)
+        if not batch:
+            return
+        X = np.stack([self.features(op, variant) for op, variant, _, _ in batch])
+        y = np.log([r[2] for r in batch])
+        mu, _ = self.time.update(X, y)
+        self.errors.add_many(np.exp(mu), np.exp(y))
+        measured = [i for i, r in enumerate(batch) if r[3] is not None]
+        if measured:
+            if self.energy is None:
+                self.energy = self._new_energy_regression()
+            ye = np.log([batch[i][3] for i in measured])
+            e_mu, _ = self.energy.update(X[measured], ye)
+            self.energy_errors.add_many(np.exp(e_mu), np.exp(ye))
+        self._version += 1
+
+    def error_summary(self) -> dict[str, float | int | None]:
+        """Progressive-validation abs % error of time predictions (count, ewma, median, p90,
+        mean), plus the energy median where energy was measured."""
+        summary = self.errors.summary()
+        summary["energy_median_ape"] = self.energy_errors.summary()["median_ape"]
+        return summary
+
+    # -- state -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state (a few KB; the energy part only once energy was measured)."""
+        return {
+            "kind": self.KIND,
+            "device_class": self.device_class,
+            "prior": self.prior.to_dict(),
+            "version": self._version,
+            "time": self.time.to_dict(),
+            "energy": None if self.energy is None else self.energy.to_dict(),
+            "errors": self.errors.to_dict(),
+            "energy_errors": self.energy_errors.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CostModel:
+        """Rebuild from `to_dict` output; predictions are identical to the original's."""
+        model = cls(str(data["device_class"]), PriorDevice.from_dict(data["prior"]))
+        model.time = BayesLinReg.from_dict(data["time"])
+        model.energy = None if data["energy"] is None else BayesLinReg.from_dict(data["energy"])
+        model.errors = ErrorTracker.from_dict(data["errors"])
+        model.energy_errors = ErrorTracker.from_dict(data["energy_errors"])
+        model._version = int(data["version"])
+        return model
+
+    def clone(self) -> CostModel:
+        """An independent copy with the same learned state (the feature cache is shared:
+        it is a pure function of (op, variant) and read-only)."""
+        copy = CostModel.from_dict(self.to_dict())
+        copy._cache = self._cache
+        return copy
+
+
+COST_MODEL_KINDS: tuple[str, ...] = ("blr", "sgd", "history", "powerlaw")
+
+
+def make_cost_model(kind: str, device_class: str, **options: Any) -> CostModelLike:
+    """A cold cost model of ``kind`` ("blr" default, "sgd" comparator, "history"/"powerlaw"
+    StarPU-style) for ``device_class``."""
+    if kind == "blr":
+        return CostModel.for_class(device_class, **options)
+    if kind == "sgd":
+        from models.sgd_model import SGDCostModel
+
+        return SGDCostModel.for_class(device_class, **options)
+    if kind in ("history", "powerlaw"):
+        from models.history import HistoryCostModel
+
+        return HistoryCostModel(device_class, mode=kind, **options)
+    raise ValueError(f"unknown cost model kind {kind!r}; expected one of {COST_MODEL_KINDS}")
+
+
+def cost_model_from_dict(data: Mapping[str, Any]) -> CostModelLike:
+    """Rebuild any cost model from its `to_dict` output (dispatching on ``data["kind"]``)."""
+    kind = data.get("kind")
+    if kind == CostModel.KIND:
+        return CostModel.from_dict(data)
+    if kind == "sgd":
+        from models.sgd_model import SGDCostModel
+
+        return SGDCostModel.from_dict(data)
+    if kind in ("history", "powerlaw"):
+        from models.history import HistoryCostModel
+
+        return HistoryCostModel.from_dict(data)
+    raise ValueError(f"unknown cost model kind {kind!r}")
+
+
+def compare_online(
+    models: Mapping[str, CostModelLike], rows: Sequence[Row], batch_size: int = 1
+) -> dict[str, dict[str, float | int | None]]:
+    """Progressive validation of several models on the same rows.
+
+    Each model (a clone: the caller's models are untouched) predicts every row before
+    learning it, in batches of ``batch_size``. Returns per model: n, median/p90/mean abs %
+    error, RMSE of ln(time), and the share of rows within one predicted log std.
+    """
+    results: dict[str, dict[str, float | int | None]] = {}
+    checked = validate_rows(rows)
+    for name, original in models.items():
+        model = original.clone()
+        ape, log_err, covered = [], [], []
+        for start in range(0, len(checked), max(1, batch_size)):
+            batch = checked[start : start + max(1, batch_size)]
+            for op, variant, exec_ms, _ in batch:
+                pred = model.predict_one(op, variant)
+                ape.append(100.0 * abs(pred.mean_ms - exec_ms) / exec_ms)
+                err = math.log(exec_ms) - pred.log_mean
+                log_err.append(err)
+                covered.append(abs(err) <= pred.log_std)
+            model.learn_many(batch)
+        arr = np.asarray(ape)
+        results[name] = {
+            "n": int(arr.size),
+            "median_ape": float(np.median(arr)) if arr.size else None,
+            "p90_ape": float(np.quantile(arr, 0.9)) if arr.size else None,
+            "mean_ape": float(arr.mean()) if arr.size else None,
+            "log_rmse": float(np.sqrt(np.mean(np.square(log_err)))) if arr.size else None,
+            "coverage_1sd": float(np.mean(covered)) if arr.size else None,
+        }
+    return results

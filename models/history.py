@@ -1,0 +1,303 @@
+"""StarPU-style performance history: the model behind the ``dmda`` baseline.
+
+StarPU (Augonnet et al., 2011) keys a history of execution times by (codelet footprint,
+architecture): a running mean and variance per entry, trusted once it holds
+``STARPU_CALIBRATE_MINIMUM`` (10) samples. Its non-linear regression model fits
+``a * size^b + c`` per (codelet, architecture) over the history, ``size`` being the total data
+size. Here a codelet footprint is an op signature (kind + dims), an architecture a
+(device class, variant) pair, and size ``op.bytes_moved(precision)``.
+
+`HistoryModel` holds entries for any number of classes (dmda needs them all at once);
+`HistoryCostModel` wraps it per class behind the cost-model interface, for the cost-model
+benchmark and the contract tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from models.costmodel import Prediction, Row, validate_rows
+from models.ops import OpSpec, Variant
+from models.priors import prior_for_class
+from models.regression import ErrorTracker
+
+__all__ = ["CALIBRATE_MINIMUM", "HistoryCostModel", "HistoryModel", "PowerLaw"]
+
+# StarPU's default STARPU_CALIBRATE_MINIMUM: an entry is trusted after 10 samples.
+CALIBRATE_MINIMUM = 10
+# Bounded state: a table value must stay small. 2,048 (shape, class, variant) entries of ~6
+# numbers each is ~100 KB of JSON; the least recently updated entry goes first.
+MAX_ENTRIES = 2048
+# A power law needs at least this many distinct sizes to be fitted (3 parameters).
+MIN_POWER_LAW_POINTS = 3
+
+PowerLaw = tuple[float, float, float]  # (a, b, c): time_ms = a * size^b + c
+
+
+def _key(device_class: str, op: OpSpec, variant: Variant) -> str:
+    return f"{device_class}|{variant.precision}/{variant.mode}|{op.signature()}"
+
+
+def _group(key: str) -> str:
+    """(class, variant, op kind) of an entry key: the unit a power law is fitted over."""
+    device_class, variant, signature = key.split("|", 2)
+    return f"{device_class}|{variant}|{signature.split(':', 1)[0]}"
+
+
+def fit_power_law(sizes: np.ndarray, times: np.ndarray, weights: np.ndarray) -> PowerLaw | None:
+    """Fit ``t = a * s^b + c`` (a > 0, 0 <= c < min t) by weighted least squares in log space.
+
+    As StarPU does, for a trial ``c`` the pair (a, b) is the linear fit of ln(t - c) on ln(s);
+    ``c`` is then chosen by golden-section search on the residual. None with fewer than
+    `MIN_POWER_LAW_POINTS` distinct sizes.
+    """
+    if np.unique(sizes).size < MIN_POWER_LAW_POINTS:
+        return None
+    ls, lt = np.log(sizes), np.log(times)
+    w = weights / weights.sum()
+
+    def fit(c: float) -> tuple[float, float, float]:
+        target = np.log(times - c)
+        ms, mt = w @ ls, w @ target
+        var = w @ (ls - ms) ** 2
+        b = float((w @ ((ls - ms) * (target - mt))) / var) if var > 0 else 0.0
+        log_a = float(mt - b * ms)
+        pred = np.log(np.exp(log_a + b * ls) + c)
+        return log_a, b, float(w @ (lt - pred) ** 2)
+
+    lo, hi = 0.0, float(times.min()) * (1 - 1e-6)
+    ratio = (math.sqrt(5) - 1) / 2
+    # 40 golden-section steps shrink the bracket by 0.618^40 ~ 4e-9: below any timer.
+    x1, x2 = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    f1, f2 = fit(x1)[2], fit(x2)[2]
+    for _ in range(40):
+        if f1 < f2:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - ratio * (hi - lo)
+            f1 = fit(x1)[2]
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + ratio * (hi - lo)
+            f2 = fit(x2)[2]
+    c = 0.5 * (lo + hi)
+    best = min((fit(c) + (c,), fit(0.0) + (0.0,)), key=lambda r: r[2])
+    return math.exp(best[0]), best[1], best[3]
+
+
+class HistoryModel:
+    """Per (op signature, device class, variant): count, mean and variance of exec time (and
+    mean energy); power laws per (op kind, class, variant) fitted from those entries."""
+
+    def __init__(self, calibrate_minimum: int = CALIBRATE_MINIMUM, max_entries: int = MAX_ENTRIES) -> None:
+        self.calibrate_minimum = int(calibrate_minimum)
+        self.max_entries = int(max_entries)
+        # key -> [count, mean_ms, m2, size_bytes, energy_count, energy_mean_j]
+        self.entries: dict[str, list[float]] = {}
+        self._laws: dict[str, PowerLaw | None] = {}
+
+    # -- learning --------------------------------------------------------------------------
+    def observe(self, device_class: str, op: OpSpec, variant: Variant, exec_ms: float,
+                energy_j: float | None = None) -> None:
+        """Record one execution (Welford update of the entry's mean and variance)."""
+        key = _key(device_class, op, variant)
+        entry = self.entries.pop(key, None)  # re-inserted last: dict order is recency
+        if entry is None:
+            entry = [0.0, 0.0, 0.0, op.bytes_moved(variant.precision), 0.0, 0.0]
+            while len(self.entries) >= self.max_entries:
+                oldest = next(iter(self.entries))
+                self._laws.pop(_group(oldest), None)
+                del self.entries[oldest]
+        entry[0] += 1
+        delta = exec_ms - entry[1]
+        entry[1] += delta / entry[0]
+        entry[2] += delta * (exec_ms - entry[1])
+        if energy_j is not None:
+            entry[4] += 1
+            entry[5] += (energy_j - entry[5]) / entry[4]
+        self.entries[key] = entry
+        self._laws.pop(_group(key), None)
+
+    def observe_many(self, device_class: str, rows: Iterable[Row]) -> None:
+        """Record a batch of one class's executions."""
+        for op, variant, exec_ms, energy_j in validate_rows(rows):
+            self.observe(device_class, op, variant, exec_ms, energy_j)
+
+    # -- queries ---------------------------------------------------------------------------
+    def count(self, device_class: str, op: OpSpec, variant: Variant) -> int:
+        entry = self.entries.get(_key(device_class, op, variant))
+        return 0 if entry is None else int(entry[0])
+
+    def is_calibrated(self, device_class: str, op: OpSpec, variant: Variant) -> bool:
+        """StarPU's rule: trusted after `calibrate_minimum` samples."""
+        return self.count(device_class, op, variant) >= self.calibrate_minimum
+
+    def mean_ms(self, device_class: str, op: OpSpec, variant: Variant) -> float | None:
+        """Mean exec time of the entry; None if never run."""
+        entry = self.entries.get(_key(device_class, op, variant))
+        return None if entry is None else entry[1]
+
+    def std_ms(self, device_class: str, op: OpSpec, variant: Variant) -> float | None:
+        """Sample std of the entry; None below two samples."""
+        entry = self.entries.get(_key(device_class, op, variant))
+        if entry is None or entry[0] < 2:
+            return None
+        return math.sqrt(max(entry[2], 0.0) / (entry[0] - 1))
+
+    def energy_j(self, device_class: str, op: OpSpec, variant: Variant) -> float | None:
+        entry = self.entries.get(_key(device_class, op, variant))
+        return None if entry is None or not entry[4] else entry[5]
+
+    def expected_ms(self, device_class: str, op: OpSpec, variant: Variant) -> float | None:
+        """StarPU's history-based expectation: the mean once calibrated, else None."""
+        if not self.is_calibrated(device_class, op, variant):
+            return None
+        return self.mean_ms(device_class, op, variant)
+
+    def power_law(self, device_class: str, kind: str, variant: Variant) -> PowerLaw | None:
+        """The fitted ``(a, b, c)`` for (class, op kind, variant); cached until it changes."""
+        group = f"{device_class}|{variant.precision}/{variant.mode}|{kind}"
+        if group not in self._laws:
+            rows = [e for k, e in self.entries.items() if _group(k) == group]
+            law = None
+            if rows:
+                arr = np.asarray(rows)
+                law = fit_power_law(arr[:, 3], np.maximum(arr[:, 1], 1e-9), arr[:, 0])
+            self._laws[group] = law
+        return self._laws[group]
+
+    def regression_ms(self, device_class: str, op: OpSpec, variant: Variant) -> float | None:
+        """StarPU's non-linear regression estimate ``a * size^b + c``; None until fitted."""
+        law = self.power_law(device_class, op.kind, variant)
+        if law is None:
+            return None
+        a, b, c = law
+        return a * op.bytes_moved(variant.precision) ** b + c
+
+    # -- state -----------------------------------------------------------------------------
+    def subset(self, device_class: str) -> HistoryModel:
+        """The entries of one class (what one table key would hold)."""
+        out = HistoryModel(self.calibrate_minimum, self.max_entries)
+        prefix = f"{device_class}|"
+        out.entries = {k: list(e) for k, e in self.entries.items() if k.startswith(prefix)}
+        return out
+
+    def merge(self, other: HistoryModel) -> None:
+        """Fold another history in (Chan's parallel mean/variance combination)."""
+        for key, e in other.entries.items():
+            mine = self.entries.get(key)
+            if mine is None:
+                self.entries[key] = list(e)
+                continue
+            n = mine[0] + e[0]
+            delta = e[1] - mine[1]
+            mean = mine[1] + delta * e[0] / n
+            m2 = mine[2] + e[2] + delta * delta * mine[0] * e[0] / n
+            en = mine[4] + e[4]
+            emean = (mine[5] * mine[4] + e[5] * e[4]) / en if en else 0.0
+            self.entries[key] = [n, mean, m2, mine[3], en, emean]
+        while len(self.entries) > self.max_entries:
+            del self.entries[next(iter(self.entries))]
+        self._laws.clear()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"calibrate_minimum": self.calibrate_minimum, "max_entries": self.max_entries,
+                "entries": {k: list(e) for k, e in self.entries.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HistoryModel:
+        model = cls(int(data["calibrate_minimum"]), int(data["max_entries"]))
+        model.entries = {str(k): [float(v) for v in e] for k, e in data["entries"].items()}
+        return model
+
+    def clone(self) -> HistoryModel:
+        return HistoryModel.from_dict(self.to_dict())
+
+
+class HistoryCostModel:
+    """One class's view of a `HistoryModel` behind the cost-model interface.
+
+    ``mode="history"``: the entry's mean where the shape was seen, else the power law, else the
+    roofline prior. ``mode="powerlaw"``: the power law first. The spread is the entry's sample
+    std (or 100% where unknown); Thompson samples shrink it with the entry count.
+    """
+
+    def __init__(self, device_class: str, mode: str = "history", history: HistoryModel | None = None) -> None:
+        if mode not in ("history", "powerlaw"):
+            raise ValueError(f"mode must be history or powerlaw, got {mode!r}")
+        self.device_class = device_class
+        self.mode = mode
+        self.history = history if history is not None else HistoryModel()
+        self.prior = prior_for_class(device_class)
+        self.errors = ErrorTracker()
+        self._version = 0
+        self._rows = 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def samples(self) -> int:
+        return self._rows
+
+    def _mean_and_count(self, op: OpSpec, variant: Variant) -> tuple[float, int]:
+        h, cls = self.history, self.device_class
+        seen = h.mean_ms(cls, op, variant)
+        law = h.regression_ms(cls, op, variant)
+        order = (law, seen) if self.mode == "powerlaw" else (seen, law)
+        for value in order:
+            if value is not None and value > 0:
+                return value, h.count(cls, op, variant)
+        return math.exp(self.prior.roofline_log_ms(op, variant)), -1
+
+    def predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
+        mean, count = self._mean_and_count(op, variant)
+        std = self.history.std_ms(self.device_class, op, variant)
+        rel = 1.0 if std is None or count < 1 else max(std / mean, 1e-3)
+        log_std = math.sqrt(math.log1p(rel * rel))
+        return Prediction(mean_ms=mean, std_ms=mean * rel,
+                          energy_j=self.history.energy_j(self.device_class, op, variant),
+                          energy_std_j=None, samples=self._rows,
+                          log_mean=math.log(mean), log_std=log_std)
+
+    def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
+        pred = self.predict_one(op, variant)
+        count = max(self.history.count(self.device_class, op, variant), 1)
+        return math.exp(pred.log_mean + pred.log_std / math.sqrt(count) * float(rng.standard_normal()))
+
+    def learn_one(self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None) -> None:
+        self.learn_many([(op, variant, exec_ms, energy_j)])
+
+    def learn_many(self, rows: Iterable[Row]) -> None:
+        batch = validate_rows(rows)
+        if not batch:
+            return
+        for op, variant, exec_ms, energy_j in batch:
+            predicted = self.predict_one(op, variant).mean_ms
+            self.errors.add_many(np.array([predicted]), np.array([exec_ms]))
+            self.history.observe(self.device_class, op, variant, exec_ms, energy_j)
+        self._rows += len(batch)
+        self._version += 1
+
+    def error_summary(self) -> dict[str, float | int | None]:
+        return self.errors.summary()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.mode, "device_class": self.device_class, "version": self._version,
+                "rows": self._rows, "history": self.history.subset(self.device_class).to_dict(),
+                "errors": self.errors.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HistoryCostModel:
+        model = cls(str(data["device_class"]), str(data["kind"]), HistoryModel.from_dict(data["history"]))
+        model._version = int(data["version"])
+        model._rows = int(data["rows"])
+        model.errors = ErrorTracker.from_dict(data["errors"])
+        return model
+
+    def clone(self) -> HistoryCostModel:
+        return HistoryCostModel.from_dict(self.to_dict())

@@ -150,18 +150,23 @@ def _parse_inputs(op: OpSpec, value: object, limits: WorkloadLimits) -> dict[str
     if not isinstance(value, dict) or set(value) != set(expected):
         names = ", ".join(expected)
         raise SpecError(f"inputs must give exactly the op's inputs: {names}")
-    budget = limits.max_inline_elements
+    # The cap is on all inline tensors of the request together; the op fixes their sizes, so
+    # check it before decoding anything.
+    total = sum(math.prod(shape) for shape in expected.values())
+    if total > limits.max_inline_elements:
+        raise SpecError(
+            f"inline inputs hold {total} elements, over the limit {limits.max_inline_elements}"
+        )
     arrays: dict[str, np.ndarray] = {}
     for name, shape in expected.items():
         try:
-            arr = decode_tensor(value[name], budget)
+            arr = decode_tensor(value[name], limits.max_inline_elements)
         except SpecError as exc:
             raise SpecError(f"input {name}: {exc}") from None
         if arr.shape != shape:
             raise SpecError(f"input {name} has shape {list(arr.shape)}, the op needs {list(shape)}")
         if arr.dtype.name != op.dtype:
             raise SpecError(f"input {name} is {arr.dtype.name}, the op's dtype is {op.dtype}")
-        budget -= arr.size  # the cap is on all inline tensors of the request together
         arrays[name] = arr
     return arrays
 

@@ -1,0 +1,164 @@
+"""Routing vocabulary shared by every policy: candidates, decisions, the policy protocol.
+
+A *candidate* is one (device class, variant) the workload could run as, with the class's live
+instance count and backlog (routed, unfinished work in predicted ms). A *decision* is what the
+decide agent turns into a ``switchyard.routes.<class>`` record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from models.costmodel import CostModel, CostModelLike, Prediction
+from models.history import HistoryModel
+from models.ops import Variant
+from models.workload import Workload
+
+__all__ = [
+    "Candidate",
+    "Decision",
+    "Policy",
+    "PriorModels",
+    "Reason",
+    "class_representatives",
+    "eligible_candidates",
+    "weighted_scores",
+]
+
+Reason = Literal["explore", "exploit", "fallback"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a workload: a device class, a variant, and the class's queue."""
+
+    device_class: str
+    variant: Variant
+    live_instances: int = 1
+    backlog_ms: float = 0.0
+
+    @property
+    def expected_wait_ms(self) -> float:
+        """The class's backlog shared over its live instances."""
+        return max(self.backlog_ms, 0.0) / max(self.live_instances, 1)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One routing decision. ``energy_fallback`` marks an energy-weighted request decided on
+    latency because some candidate class had no energy measurements."""
+
+    device_class: str
+    variant: Variant
+    predicted_ms: float
+    predicted_std_ms: float
+    predicted_energy_j: float | None
+    reason: Reason
+    meets_deadline: bool
+    model_version: int
+    expected_wait_ms: float
+    score: float
+    energy_fallback: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the variant as ``{"precision", "mode"}``)."""
+        out = asdict(self)
+        out["variant"] = self.variant.to_dict()
+        return out
+
+
+class Policy(Protocol):
+    """What the decide agent calls. Deterministic given ``rng``; never mutates its inputs;
+    always returns one of ``candidates`` (ValueError when none is usable)."""
+
+    name: str
+
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def eligible_candidates(workload: Workload, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Candidates at a precision the workload allows, on classes with a live instance.
+
+    Raises ValueError when none is left: the caller offered nothing the request can use.
+    """
+    allowed = set(workload.precisions)
+    usable = [c for c in candidates if c.variant.precision in allowed and c.live_instances > 0]
+    if not usable:
+        raise ValueError(
+            f"no usable candidate for {workload.id}: {len(candidates)} offered, "
+            f"precisions {sorted(allowed)}"
+        )
+    return usable
+
+
+def class_representatives(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """One candidate per class, sorted by class name: its fp32 eager variant when offered,
+    else the first offered (what a class-level baseline runs)."""
+    chosen: dict[str, Candidate] = {}
+    for c in candidates:
+        current = chosen.get(c.device_class)
+        if current is None or (c.variant == Variant("fp32", "eager") and current.variant != c.variant):
+            chosen[c.device_class] = c
+    return [chosen[k] for k in sorted(chosen)]
+
+
+class PriorModels:
+    """Roofline-prior models for classes that have no learned model yet (cold start).
+
+    Cached per class; a prior model never learns here, so the cache is not state.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, CostModel] = {}
+
+    def get(self, models: Mapping[str, CostModelLike], device_class: str) -> tuple[CostModelLike, bool]:
+        """(model, learned): the class's model, or its prior model and False."""
+        model = models.get(device_class)
+        if model is not None:
+            return model, True
+        prior = self._cache.get(device_class)
+        if prior is None:
+            prior = self._cache[device_class] = CostModel.for_class(device_class)
+        return prior, False
+
+    def predict(self, models: Mapping[str, CostModelLike], c: Candidate, workload: Workload) -> tuple[Prediction, int]:
+        """(prediction, model version) for a candidate; version 0 for a prior."""
+        model, learned = self.get(models, c.device_class)
+        return model.predict_one(workload.op, c.variant), model.version if learned else 0
+
+
+def weighted_scores(
+    latency_ms: np.ndarray, energy_j: np.ndarray | None, objective: Mapping[str, float]
+) -> np.ndarray:
+    """Lower is better. Pure latency: completion ms; pure energy: joules; a mix: each term
+    divided by its best value among the candidates (so 1.0 is "as good as the best") and
+    weighted. ``energy_j`` None means latency only."""
+    w_energy = float(objective.get("energy", 0.0))
+    w_latency = float(objective.get("latency", 1.0 - w_energy))
+    if energy_j is None or w_energy <= 0.0:
+        return latency_ms
+    if w_latency <= 0.0:
+        return energy_j
+    total = w_latency + w_energy
+    best_latency = max(float(latency_ms.min()), 1e-12)
+    best_energy = max(float(energy_j.min()), 1e-12)
+    return (w_latency * latency_ms / best_latency + w_energy * energy_j / best_energy) / total
+
+
+def meets(deadline_ms: float | None, completion_ms: float) -> bool:
+    """Whether a predicted completion (wait + exec) is within the deadline (None: always)."""
+    return deadline_ms is None or (math.isfinite(completion_ms) and completion_ms <= deadline_ms)

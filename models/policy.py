@@ -1,0 +1,175 @@
+"""Routing policies: switchyard's learned policy and the registry of baselines.
+
+``switchyard`` scores each (class, variant) by expected completion = predicted execution time
++ expected wait (backlog / live instances), or by predicted joules, or a normalised mix, as
+the request's objective says. It picks by Thompson sampling: each candidate's expected time is
+drawn from its cost model's posterior, so a class the model is unsure of (cold start, a new
+class, after drift) gets tried in proportion to its chance of being best, and as the posterior
+firms up the draws agree with the means and the policy exploits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from models.baselines import (
+    DmdaPolicy,
+    JsqPolicy,
+    OraclePolicy,
+    Pow2Policy,
+    RandomPolicy,
+    RoundRobinPolicy,
+    StaticPolicy,
+    TrueCost,
+)
+from models.costmodel import CostModelLike
+from models.decision import (
+    Candidate,
+    Decision,
+    Policy,
+    PriorModels,
+    Reason,
+    eligible_candidates,
+    meets,
+    weighted_scores,
+)
+from models.history import HistoryModel
+from models.workload import Workload
+
+__all__ = [
+    "POLICY_NAMES",
+    "Candidate",
+    "Decision",
+    "Policy",
+    "SwitchyardPolicy",
+    "TrueCost",
+    "make_policy",
+    "policy_from_dict",
+]
+
+# Below this many learned rows a class's model is still mostly prior: label its picks
+# "explore" even when the draw agrees with the mean (about 2 rows per op kind of a mixed load).
+COLD_SAMPLES = 16
+
+
+class SwitchyardPolicy:
+    """Thompson sampling over cost-model posteriors, under deadline and objective."""
+
+    name = "switchyard"
+
+    def __init__(self, cold_samples: int = COLD_SAMPLES) -> None:
+        self.cold_samples = int(cold_samples)
+        self._priors = PriorModels()
+
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
+        """Route ``workload`` to one of ``candidates``; see the module docstring."""
+        usable = eligible_candidates(workload, candidates)
+        op = workload.op
+        n = len(usable)
+        mean_ms, draw_ms, std_ms = np.empty(n), np.empty(n), np.empty(n)
+        wait = np.array([c.expected_wait_ms for c in usable])
+        energy: list[float | None] = []
+        learned, versions, samples = [], [], []
+        for i, c in enumerate(usable):
+            model, is_learned = self._priors.get(models, c.device_class)
+            pred = model.predict_one(op, c.variant)
+            mean_ms[i], std_ms[i] = pred.mean_ms, pred.std_ms
+            draw_ms[i] = model.sample_ms(op, c.variant, rng)
+            energy.append(pred.energy_j)
+            learned.append(is_learned)
+            versions.append(model.version if is_learned else 0)
+            samples.append(model.samples if is_learned else 0)
+
+        objective = dict(workload.objective)
+        wants_energy = objective.get("energy", 0.0) > 0.0
+        energy_fallback = wants_energy and any(e is None for e in energy)
+        mean_energy = draw_energy = None
+        if wants_energy and not energy_fallback:
+            mean_energy = np.array(energy, dtype=np.float64)
+            # Energy ~ power x time: the draw scales the energy by the sampled time ratio.
+            draw_energy = mean_energy * draw_ms / mean_ms
+        if energy_fallback:
+            objective = {"latency": 1.0, "energy": 0.0}
+
+        completion = wait + mean_ms
+        feasible = [i for i in range(n) if meets(workload.deadline_ms, float(completion[i]))]
+        pool = feasible or list(range(n))
+        if not feasible:
+            # Nothing is predicted to make the deadline: finish as early as possible.
+            objective = {"latency": 1.0, "energy": 0.0}
+        idx = np.asarray(pool)
+        greedy_scores = weighted_scores(completion[idx], None if mean_energy is None else mean_energy[idx], objective)
+        draw_scores = weighted_scores(wait[idx] + draw_ms[idx], None if draw_energy is None else draw_energy[idx], objective)
+        greedy = int(idx[int(np.argmin(greedy_scores))])
+        pick_at = int(np.argmin(draw_scores))
+        chosen = int(idx[pick_at])
+
+        reason: Reason
+        if not any(learned):
+            reason = "fallback"
+        elif chosen != greedy or samples[chosen] < self.cold_samples:
+            reason = "explore"
+        else:
+            reason = "exploit"
+        c = usable[chosen]
+        return Decision(
+            device_class=c.device_class,
+            variant=c.variant,
+            predicted_ms=float(mean_ms[chosen]),
+            predicted_std_ms=float(std_ms[chosen]),
+            predicted_energy_j=energy[chosen],
+            reason=reason,
+            meets_deadline=bool(feasible),
+            model_version=versions[chosen],
+            expected_wait_ms=float(wait[chosen]),
+            score=float(draw_scores[pick_at]),
+            energy_fallback=energy_fallback,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "options": {"cold_samples": self.cold_samples}, "state": {}}
+
+
+_POLICIES: dict[str, type] = {
+    "switchyard": SwitchyardPolicy,
+    "round_robin": RoundRobinPolicy,
+    "random": RandomPolicy,
+    "pow2": Pow2Policy,
+    "jsq": JsqPolicy,
+    "static": StaticPolicy,
+    "dmda": DmdaPolicy,
+    "oracle": OraclePolicy,
+}
+POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """A policy by name (`POLICY_NAMES`) with its options: ``static`` takes ``device_class``;
+    ``dmda`` ``use_regression``/``calibrate_minimum``; ``oracle`` ``true_ms`` (required) and
+    ``true_energy_j``; ``switchyard`` ``cold_samples``. ValueError for an unknown name."""
+    try:
+        cls = _POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; expected one of {POLICY_NAMES}") from None
+    policy: Policy = cls(**options)
+    return policy
+
+
+def policy_from_dict(data: Mapping[str, Any], **extra_options: Any) -> Policy:
+    """Rebuild a policy from `to_dict` output. Options that are functions (the oracle's
+    ``true_ms``) cannot be serialised and are passed again in ``extra_options``."""
+    policy = make_policy(str(data["name"]), **{**data.get("options", {}), **extra_options})
+    load = getattr(policy, "load_state", None)
+    if load is not None:
+        load(data.get("state", {}))
+    return policy

@@ -1,0 +1,285 @@
+"""Each policy's defining behaviour, and switchyard's learning on synthetic worlds."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from models.costmodel import CostModel
+from models.decision import Candidate, class_representatives
+from models.history import HistoryModel
+from models.ops import OpSpec, Variant, parse_op
+from models.policy import POLICY_NAMES, make_policy
+from models.workload import Workload
+from tests.models._cost_fixtures import random_mixed_ops
+
+FP32 = Variant("fp32")
+BF16 = Variant("bf16")
+MATMUL = parse_op({"kind": "matmul", "m": 512, "k": 512, "n": 512})
+
+
+def workload(op: OpSpec = MATMUL, precisions=("fp32",), deadline_ms=None, objective=None, wid="w") -> Workload:
+    return Workload(id=wid, op=op, precisions=tuple(precisions), deadline_ms=deadline_ms,
+                    objective=objective or {"latency": 1.0, "energy": 0.0})
+
+
+def cands(*specs: tuple[str, float, int]) -> list[Candidate]:
+    return [Candidate(cls, FP32, inst, backlog) for cls, backlog, inst in specs]
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+# -- class-level baselines ----------------------------------------------------------------
+def test_round_robin_cycles_classes_in_name_order_ignoring_load() -> None:
+    policy = make_policy("round_robin")
+    offered = cands(("b", 0.0, 1), ("a", 1e6, 1), ("c", 0.0, 1))
+    picks = [policy.decide(workload(), offered, {}, None, rng()).device_class for _ in range(6)]
+    assert picks == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_random_is_deterministic_given_rng_and_covers_every_class() -> None:
+    offered = cands(("a", 0.0, 1), ("b", 0.0, 1), ("c", 0.0, 1))
+    first = [make_policy("random").decide(workload(), offered, {}, None, r).device_class
+             for r in [rng(1)] for _ in range(60)]
+    r2 = rng(1)
+    second = [make_policy("random").decide(workload(), offered, {}, None, r2).device_class for _ in range(60)]
+    assert first == second
+    assert set(first) == {"a", "b", "c"}
+
+
+def test_pow2_never_picks_the_strictly_longest_queue() -> None:
+    policy, r = make_policy("pow2"), rng(3)
+    offered = cands(("a", 10.0, 1), ("b", 20.0, 1), ("c", 30.0, 1), ("d", 1000.0, 1))
+    picks = Counter(policy.decide(workload(), offered, {}, None, r).device_class for _ in range(300))
+    assert "d" not in picks
+    assert picks["a"] > picks["b"] > picks["c"] > 0
+
+
+def test_jsq_divides_backlog_by_live_instances() -> None:
+    policy = make_policy("jsq")
+    offered = cands(("one", 20.0, 1), ("ten", 100.0, 10))
+    decision = policy.decide(workload(), offered, {}, None, rng())
+    assert decision.device_class == "ten"
+    assert decision.expected_wait_ms == pytest.approx(10.0)
+
+
+def test_jsq_breaks_ties_randomly() -> None:
+    policy, r = make_policy("jsq"), rng(5)
+    offered = cands(("a", 0.0, 1), ("b", 0.0, 1))
+    assert {policy.decide(workload(), offered, {}, None, r).device_class for _ in range(40)} == {"a", "b"}
+
+
+def test_static_uses_fp32_eager_when_allowed_else_first_allowed() -> None:
+    policy = make_policy("static", device_class="x")
+    offered = [Candidate("x", BF16), Candidate("x", FP32), Candidate("y", FP32)]
+    both = workload(precisions=("bf16", "fp32"))
+    assert policy.decide(both, offered, {}, None, rng()).variant == FP32
+    only_bf16 = workload(precisions=("bf16",))
+    assert policy.decide(only_bf16, offered, {}, None, rng()).variant == BF16
+
+
+def test_static_falls_back_when_its_class_is_gone() -> None:
+    policy = make_policy("static", device_class="gone")
+    decision = policy.decide(workload(), cands(("a", 5.0, 1), ("b", 1.0, 1)), {}, None, rng())
+    assert decision.reason == "fallback" and decision.device_class == "b"
+
+
+def test_class_representatives_one_per_class() -> None:
+    reps = class_representatives([Candidate("b", BF16), Candidate("a", BF16), Candidate("a", FP32)])
+    assert [(c.device_class, c.variant.precision) for c in reps] == [("a", "fp32"), ("b", "bf16")]
+
+
+# -- dmda ---------------------------------------------------------------------------------
+def test_dmda_calibrates_every_option_then_picks_earliest_finish() -> None:
+    policy, history = make_policy("dmda", calibrate_minimum=3), HistoryModel()
+    true = {"fast": 1.0, "slow": 5.0}
+    offered = cands(("fast", 0.0, 1), ("slow", 0.0, 1))
+    seen = []
+    for _ in range(10):
+        d = policy.decide(workload(), offered, {}, history, rng())
+        seen.append((d.device_class, d.reason))
+        history.observe(d.device_class, MATMUL, d.variant, true[d.device_class])
+    assert Counter(c for c, r in seen if r == "explore") == {"fast": 3, "slow": 3}
+    assert all(c == "fast" and r == "exploit" for c, r in seen[6:])
+    # A long enough queue on the fast class makes the slow one finish first.
+    busy = cands(("fast", 10.0, 1), ("slow", 0.0, 1))
+    d = policy.decide(workload(), busy, {}, history, rng())
+    assert d.device_class == "slow" and d.predicted_ms == pytest.approx(5.0)
+
+
+def test_dmda_uses_power_law_for_unseen_shapes_when_asked() -> None:
+    history = HistoryModel(calibrate_minimum=1)
+    for n in (64, 128, 256, 512):
+        op = parse_op({"kind": "matmul", "m": n, "k": n, "n": n})
+        history.observe("a", op, FP32, 1e-6 * op.flops())
+        history.observe("b", op, FP32, 3e-6 * op.flops())
+    unseen = workload(parse_op({"kind": "matmul", "m": 300, "k": 300, "n": 300}))
+    offered = cands(("a", 0.0, 1), ("b", 0.0, 1))
+    assert make_policy("dmda").decide(unseen, offered, {}, history, rng()).reason == "explore"
+    d = make_policy("dmda", use_regression=True).decide(unseen, offered, {}, history, rng())
+    assert d.reason == "exploit" and d.device_class == "a"
+
+
+def test_dmda_without_history_is_a_fallback() -> None:
+    d = make_policy("dmda").decide(workload(), cands(("a", 3.0, 1), ("b", 1.0, 1)), {}, None, rng())
+    assert d.reason == "fallback" and d.device_class == "b"
+
+
+# -- oracle -------------------------------------------------------------------------------
+def test_oracle_picks_earliest_true_finish_over_variants() -> None:
+    costs = {("a", "fp32"): 10.0, ("a", "bf16"): 4.0, ("b", "fp32"): 5.0, ("b", "bf16"): 3.0}
+    policy = make_policy("oracle", true_ms=lambda cls, op, v: costs[(cls, v.precision)])
+    offered = [Candidate(c, v, 1, backlog) for c, backlog in (("a", 0.0), ("b", 2.0)) for v in (FP32, BF16)]
+    d = policy.decide(workload(precisions=("fp32", "bf16")), offered, {}, None, rng())
+    assert (d.device_class, d.variant) == ("a", BF16)  # 4 < 2 + 3
+    assert d.predicted_ms == 4.0 and d.reason == "exploit"
+    d = policy.decide(workload(precisions=("fp32",)), offered, {}, None, rng())
+    assert (d.device_class, d.variant) == ("b", FP32)  # 2 + 5 < 10
+
+
+def test_oracle_requires_true_costs() -> None:
+    with pytest.raises(ValueError):
+        make_policy("oracle")
+
+
+def test_unknown_policy_name() -> None:
+    with pytest.raises(ValueError):
+        make_policy("nope")
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_policy_rejects_an_empty_or_disallowed_offer(name: str) -> None:
+    policy = make_policy(name, **({"true_ms": lambda *a: 1.0} if name == "oracle" else {}))
+    with pytest.raises(ValueError):
+        policy.decide(workload(), [], {}, None, rng())
+    with pytest.raises(ValueError):
+        policy.decide(workload(precisions=("fp32",)), [Candidate("a", BF16)], {}, None, rng())
+    with pytest.raises(ValueError):
+        policy.decide(workload(), [Candidate("a", FP32, live_instances=0)], {}, None, rng())
+
+
+# -- switchyard ---------------------------------------------------------------------------
+def test_switchyard_falls_back_on_roofline_priors_without_models() -> None:
+    policy = make_policy("switchyard")
+    big = workload(parse_op({"kind": "matmul", "m": 4096, "k": 4096, "n": 4096}))
+    d = policy.decide(big, cands(("sim-cpu-core", 0.0, 1), ("sim-h100", 0.0, 1)), {}, None, rng())
+    assert d.reason == "fallback" and d.device_class == "sim-h100"
+    assert d.model_version == 0 and d.predicted_ms > 0
+
+
+def _two_class_world(seed: int, n: int):
+    """Class "numpy-cpu-a" is 3x faster than "numpy-cpu-b" on GEMMs and 3x slower on
+    normalisations; both start from the same generic prior."""
+    r = rng(seed)
+    ops = random_mixed_ops(r, n)
+    base = CostModel.for_class("numpy-cpu-a")
+
+    def true_ms(cls: str, op: OpSpec, v: Variant) -> float:
+        gemm = op.kind in ("matmul", "linear", "attention")
+        factor = 1.0 if gemm == (cls == "numpy-cpu-a") else 3.0
+        return base.prior_ms(op, v) * factor
+
+    return r, ops, true_ms
+
+
+def test_switchyard_explores_early_then_exploits_the_truly_faster_class() -> None:
+    r, ops, true_ms = _two_class_world(11, 400)
+    models = {c: CostModel.for_class(c) for c in ("numpy-cpu-a", "numpy-cpu-b")}
+    policy = make_policy("switchyard")
+    offered = cands(("numpy-cpu-a", 0.0, 1), ("numpy-cpu-b", 0.0, 1))
+    reasons, correct = [], []
+    for i, op in enumerate(ops):
+        d = policy.decide(workload(op, wid=f"w{i}"), offered, models, None, r)
+        truth = {c.device_class: true_ms(c.device_class, op, FP32) for c in offered}
+        reasons.append(d.reason)
+        correct.append(truth[d.device_class] == min(truth.values()))
+        measured = truth[d.device_class] * math.exp(r.normal(0.0, 0.1))
+        models[d.device_class].learn_one(op, d.variant, measured)
+    assert reasons[:32].count("explore") >= 16
+    late_reasons, late_correct = reasons[150:], correct[150:]
+    assert late_reasons.count("exploit") / len(late_reasons) >= 0.95
+    assert sum(late_correct) / len(late_correct) >= 0.95
+
+
+def test_switchyard_weighs_backlog_per_instance() -> None:
+    models = {c: CostModel.for_class(c) for c in ("sim-h100", "sim-a100")}
+    policy = make_policy("switchyard")
+    idle = policy.decide(workload(), cands(("sim-h100", 0.0, 1), ("sim-a100", 0.0, 1)), models, None, rng())
+    assert idle.device_class == "sim-h100"
+    busy = policy.decide(workload(), cands(("sim-h100", 100.0, 1), ("sim-a100", 0.0, 1)), models, None, rng())
+    assert busy.device_class == "sim-a100" and busy.expected_wait_ms == 0.0
+    shared = policy.decide(workload(), cands(("sim-h100", 1.0, 1000), ("sim-a100", 0.0, 1)), models, None, rng())
+    assert shared.device_class == "sim-h100" and shared.expected_wait_ms == pytest.approx(0.001)
+
+
+def _energy_models() -> dict[str, CostModel]:
+    """"fast" takes 1 ms at 300 J/s; "frugal" 3 ms at 20 J/s (0.3 J vs 0.06 J)."""
+    models = {c: CostModel.for_class(c) for c in ("torch-cpu-fast", "torch-cpu-frugal")}
+    for _ in range(60):
+        models["torch-cpu-fast"].learn_one(MATMUL, FP32, 1.0, 0.3)
+        models["torch-cpu-frugal"].learn_one(MATMUL, FP32, 3.0, 0.06)
+    return models
+
+
+def test_energy_objective_picks_the_lower_energy_class() -> None:
+    models, policy = _energy_models(), make_policy("switchyard")
+    offered = cands(("torch-cpu-fast", 0.0, 1), ("torch-cpu-frugal", 0.0, 1))
+    latency = policy.decide(workload(), offered, models, None, rng())
+    energy = policy.decide(workload(objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    assert latency.device_class == "torch-cpu-fast"
+    assert energy.device_class == "torch-cpu-frugal" and not energy.energy_fallback
+    assert energy.predicted_energy_j == pytest.approx(0.06, rel=0.1)
+    # A mix weighs ratios to the best: fast 0.5*1 + 0.5*(0.3/0.06) = 3.0, frugal 0.5*3 + 0.5*1 = 2.0.
+    mixed = policy.decide(workload(objective={"latency": 0.5, "energy": 0.5}), offered, models, None, rng())
+    assert mixed.device_class == "torch-cpu-frugal"
+    latency_heavy = workload(objective={"latency": 0.9, "energy": 0.1})
+    assert policy.decide(latency_heavy, offered, models, None, rng()).device_class == "torch-cpu-fast"
+
+
+def test_energy_objective_falls_back_on_latency_without_energy_data() -> None:
+    models = _energy_models()
+    models["torch-cpu-frugal"] = CostModel.for_class("torch-cpu-frugal")
+    for _ in range(60):
+        models["torch-cpu-frugal"].learn_one(MATMUL, FP32, 3.0, None)
+    offered = cands(("torch-cpu-fast", 0.0, 1), ("torch-cpu-frugal", 0.0, 1))
+    d = make_policy("switchyard").decide(workload(objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    assert d.energy_fallback and d.device_class == "torch-cpu-fast"
+
+
+def test_deadline_prefers_candidates_that_meet_it() -> None:
+    models, policy = _energy_models(), make_policy("switchyard")
+    offered = cands(("torch-cpu-fast", 0.0, 1), ("torch-cpu-frugal", 0.0, 1))
+    d = policy.decide(workload(deadline_ms=2.0, objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    assert d.device_class == "torch-cpu-fast" and d.meets_deadline
+    relaxed = policy.decide(workload(deadline_ms=10.0, objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    assert relaxed.device_class == "torch-cpu-frugal" and relaxed.meets_deadline
+
+
+def test_deadline_nobody_can_meet_is_marked_and_finishes_earliest() -> None:
+    models, policy = _energy_models(), make_policy("switchyard")
+    offered = cands(("torch-cpu-fast", 5.0, 1), ("torch-cpu-frugal", 0.0, 1))
+    d = policy.decide(workload(deadline_ms=0.5, objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    assert not d.meets_deadline
+    assert d.device_class == "torch-cpu-frugal"  # 3 ms beats 5 + 1 ms
+
+
+def test_switchyard_chooses_the_variant_too() -> None:
+    models = {"sim-h100": CostModel.for_class("sim-h100")}
+    offered = [Candidate("sim-h100", FP32), Candidate("sim-h100", BF16)]
+    big = workload(parse_op({"kind": "matmul", "m": 4096, "k": 4096, "n": 4096}), precisions=("fp32", "bf16"))
+    assert make_policy("switchyard").decide(big, offered, models, None, rng()).variant == BF16
+    fp32_only = workload(big.op, precisions=("fp32",))
+    assert make_policy("switchyard").decide(fp32_only, offered, models, None, rng()).variant == FP32
+
+
+def test_decision_to_dict_is_json_ready() -> None:
+    d = make_policy("switchyard").decide(workload(), cands(("sim-h100", 0.0, 1)), {}, None, rng())
+    out = d.to_dict()
+    assert out["variant"] == {"precision": "fp32", "mode": "eager"}
+    assert set(out) >= {"device_class", "predicted_ms", "predicted_std_ms", "predicted_energy_j",
+                        "reason", "meets_deadline", "model_version", "expected_wait_ms", "score"}

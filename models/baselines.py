@@ -52,17 +52,29 @@ class _Baseline:
     def __init__(self) -> None:
         self._priors = PriorModels()
 
-    def _decision(self, workload: Workload, chosen: Candidate, models: Mapping[str, CostModelLike],
-                  reason: Reason, score: float, predicted_ms: float | None = None) -> Decision:
+    def _decision(
+        self,
+        workload: Workload,
+        chosen: Candidate,
+        models: Mapping[str, CostModelLike],
+        reason: Reason,
+        score: float,
+        predicted_ms: float | None = None,
+    ) -> Decision:
         pred, version = self._priors.predict(models, chosen, workload)
         ms = pred.mean_ms if predicted_ms is None else predicted_ms
         wait = chosen.expected_wait_ms
         return Decision(
-            device_class=chosen.device_class, variant=chosen.variant, predicted_ms=ms,
+            device_class=chosen.device_class,
+            variant=chosen.variant,
+            predicted_ms=ms,
             predicted_std_ms=pred.std_ms if predicted_ms is None else 0.0,
-            predicted_energy_j=pred.energy_j, reason=reason,
-            meets_deadline=meets(workload.deadline_ms, wait + ms), model_version=version,
-            expected_wait_ms=wait, score=float(score),
+            predicted_energy_j=pred.energy_j,
+            reason=reason,
+            meets_deadline=meets(workload.deadline_ms, wait + ms),
+            model_version=version,
+            expected_wait_ms=wait,
+            score=float(score),
         )
 
     def options(self) -> dict[str, Any]:
@@ -87,9 +99,14 @@ class RoundRobinPolicy(_Baseline):
         super().__init__()
         self.turn = 0
 
-    def decide(self, workload: Workload, candidates: Sequence[Candidate],
-               models: Mapping[str, CostModelLike], history: HistoryModel | None,
-               rng: np.random.Generator) -> Decision:
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
         reps = class_representatives(eligible_candidates(workload, candidates))
         chosen = reps[self.turn % len(reps)]
         self.turn += 1
@@ -107,9 +124,14 @@ class RandomPolicy(_Baseline):
 
     name = "random"
 
-    def decide(self, workload: Workload, candidates: Sequence[Candidate],
-               models: Mapping[str, CostModelLike], history: HistoryModel | None,
-               rng: np.random.Generator) -> Decision:
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
         reps = class_representatives(eligible_candidates(workload, candidates))
         chosen = reps[int(rng.integers(len(reps)))]
         return self._decision(workload, chosen, models, "explore", chosen.expected_wait_ms)
@@ -120,9 +142,14 @@ class Pow2Policy(_Baseline):
 
     name = "pow2"
 
-    def decide(self, workload: Workload, candidates: Sequence[Candidate],
-               models: Mapping[str, CostModelLike], history: HistoryModel | None,
-               rng: np.random.Generator) -> Decision:
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
         reps = class_representatives(eligible_candidates(workload, candidates))
         if len(reps) == 1:
             chosen = reps[0]
@@ -137,9 +164,14 @@ class JsqPolicy(_Baseline):
 
     name = "jsq"
 
-    def decide(self, workload: Workload, candidates: Sequence[Candidate],
-               models: Mapping[str, CostModelLike], history: HistoryModel | None,
-               rng: np.random.Generator) -> Decision:
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
         reps = class_representatives(eligible_candidates(workload, candidates))
         waits = np.array([c.expected_wait_ms for c in reps])
         best = np.flatnonzero(waits == waits.min())
@@ -160,9 +192,14 @@ class StaticPolicy(_Baseline):
     def options(self) -> dict[str, Any]:
         return {"device_class": self.device_class}
 
-    def decide(self, workload: Workload, candidates: Sequence[Candidate],
-               models: Mapping[str, CostModelLike], history: HistoryModel | None,
-               rng: np.random.Generator) -> Decision:
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
         reps = class_representatives(eligible_candidates(workload, candidates))
         target = self.device_class or reps[0].device_class
         for c in reps:
@@ -183,7 +220,9 @@ class DmdaPolicy(_Baseline):
 
     name = "dmda"
 
-    def __init__(self, use_regression: bool = False, calibrate_minimum: int = CALIBRATE_MINIMUM) -> None:
+    def __init__(
+        self, use_regression: bool = False, calibrate_minimum: int = CALIBRATE_MINIMUM
+    ) -> None:
         super().__init__()
         self.use_regression = bool(use_regression)
         self.calibrate_minimum = int(calibrate_minimum)
@@ -191,9 +230,14 @@ class DmdaPolicy(_Baseline):
     def options(self) -> dict[str, Any]:
         return {"use_regression": self.use_regression, "calibrate_minimum": self.calibrate_minimum}
 
-    def decide(self, workload: Workload, candidates: Sequence[Candidate],
-               models: Mapping[str, CostModelLike], history: HistoryModel | None,
-               rng: np.random.Generator) -> Decision:
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
         usable = eligible_candidates(workload, candidates)
         if history is None:
             chosen = min(usable, key=lambda c: c.expected_wait_ms)
@@ -211,11 +255,21 @@ class DmdaPolicy(_Baseline):
         if uncalibrated:
             chosen = min(uncalibrated, key=lambda c: c.expected_wait_ms)
             return self._decision(workload, chosen, models, "explore", chosen.expected_wait_ms)
-        finish = [c.expected_wait_ms + float(e) for c, e in zip(usable, expected, strict=True) if e is not None]
+        finish = [
+            c.expected_wait_ms + float(e)
+            for c, e in zip(usable, expected, strict=True)
+            if e is not None
+        ]
         best = int(np.argmin(finish))
         chosen = usable[best]
-        return self._decision(workload, chosen, models, "exploit", finish[best],
-                              predicted_ms=finish[best] - chosen.expected_wait_ms)
+        return self._decision(
+            workload,
+            chosen,
+            models,
+            "exploit",
+            finish[best],
+            predicted_ms=finish[best] - chosen.expected_wait_ms,
+        )
 
 
 class OraclePolicy(_Baseline):
@@ -224,16 +278,23 @@ class OraclePolicy(_Baseline):
 
     name = "oracle"
 
-    def __init__(self, true_ms: TrueCost | None = None, true_energy_j: TrueCost | None = None) -> None:
+    def __init__(
+        self, true_ms: TrueCost | None = None, true_energy_j: TrueCost | None = None
+    ) -> None:
         super().__init__()
         if true_ms is None:
             raise ValueError("the oracle policy needs true_ms(device_class, op, variant)")
         self.true_ms = true_ms
         self.true_energy_j = true_energy_j
 
-    def decide(self, workload: Workload, candidates: Sequence[Candidate],
-               models: Mapping[str, CostModelLike], history: HistoryModel | None,
-               rng: np.random.Generator) -> Decision:
+    def decide(
+        self,
+        workload: Workload,
+        candidates: Sequence[Candidate],
+        models: Mapping[str, CostModelLike],
+        history: HistoryModel | None,
+        rng: np.random.Generator,
+    ) -> Decision:
         usable = eligible_candidates(workload, candidates)
         op = workload.op
         exec_ms = np.array([self.true_ms(c.device_class, op, c.variant) for c in usable])
@@ -247,8 +308,14 @@ class OraclePolicy(_Baseline):
         sub_energy = None if energy is None else energy[pool]
         scores = weighted_scores(finish[pool], sub_energy, objective)
         best = pool[int(np.argmin(scores))]
-        decision = self._decision(workload, usable[best], models, "exploit", float(scores.min()),
-                                  predicted_ms=float(exec_ms[best]))
+        decision = self._decision(
+            workload,
+            usable[best],
+            models,
+            "exploit",
+            float(scores.min()),
+            predicted_ms=float(exec_ms[best]),
+        )
         if energy is None:
             return decision
         return Decision(**{**decision.__dict__, "predicted_energy_j": float(energy[best])})

@@ -72,7 +72,9 @@ class CostModelLike(Protocol):
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float: ...
 
-    def learn_one(self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None) -> None: ...
+    def learn_one(
+        self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None
+    ) -> None: ...
 
     def learn_many(self, rows: Iterable[Row]) -> None: ...
 
@@ -124,8 +126,11 @@ def _prior_arrays(scale: str, bias_mean: float) -> tuple[np.ndarray, np.ndarray]
     for i, name in enumerate(FEATURE_NAMES):
         group = name.split("=")[0] if "=" in name else name
         std[i] = {
-            "bias": stds["bias"], "prior_log_ms": stds["prior"], "kind": stds["kind"],
-            "precision": stds["precision"], "mode": stds["mode"],
+            "bias": stds["bias"],
+            "prior_log_ms": stds["prior"],
+            "kind": stds["kind"],
+            "precision": stds["precision"],
+            "mode": stds["mode"],
         }.get(group, stds["size"])
     mean[PRIOR_INDEX] = 1.0
     mean[BIAS_INDEX] = bias_mean
@@ -140,7 +145,9 @@ class CostModel:
     # makes a repeat prediction two dot products. Cleared when full to stay bounded.
     FEATURE_CACHE_SIZE = 4096
 
-    def __init__(self, device_class: str, prior: PriorDevice | None = None, *, forgetting: float = 0.99) -> None:
+    def __init__(
+        self, device_class: str, prior: PriorDevice | None = None, *, forgetting: float = 0.99
+    ) -> None:
         """A cold model at the roofline prior of ``prior`` (default: `prior_for_class`).
 
         ``forgetting`` 0.99 keeps ~100 rows of memory: enough for ~20 weights on a mixed
@@ -150,7 +157,9 @@ class CostModel:
         self.prior = prior or prior_for_class(device_class)
         scale = self.prior.scale
         mean, std = _prior_arrays(scale, 0.0)
-        self.time = BayesLinReg(mean, std, NOISE_STD[scale], forgetting=forgetting, bias_index=BIAS_INDEX)
+        self.time = BayesLinReg(
+            mean, std, NOISE_STD[scale], forgetting=forgetting, bias_index=BIAS_INDEX
+        )
         self.energy: BayesLinReg | None = None
         self.errors = ErrorTracker()
         self.energy_errors = ErrorTracker()
@@ -166,7 +175,13 @@ class CostModel:
         scale = self.prior.scale
         # ln(J) = ln(ms) + ln(W / 1000): the prior is busy power times the roofline time.
         mean, std = _prior_arrays(scale, math.log(self.prior.busy_power_w / 1e3))
-        return BayesLinReg(mean, std, NOISE_STD[scale] * 1.5, forgetting=self.time.forgetting, bias_index=BIAS_INDEX)
+        return BayesLinReg(
+            mean,
+            std,
+            NOISE_STD[scale] * 1.5,
+            forgetting=self.time.forgetting,
+            bias_index=BIAS_INDEX,
+        )
 
     # -- contract properties ---------------------------------------------------------------
     @property
@@ -212,8 +227,13 @@ class CostModel:
             energy_j = math.exp(e_mu)
             energy_std_j = _lognormal_std(e_mu, e_param + e_noise)
         return Prediction(
-            mean_ms=math.exp(mu), std_ms=_lognormal_std(mu, var), energy_j=energy_j,
-            energy_std_j=energy_std_j, samples=self.samples, log_mean=mu, log_std=math.sqrt(var),
+            mean_ms=math.exp(mu),
+            std_ms=_lognormal_std(mu, var),
+            energy_j=energy_j,
+            energy_std_j=energy_std_j,
+            samples=self.samples,
+            log_mean=mu,
+            log_std=math.sqrt(var),
         )
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
@@ -223,7 +243,9 @@ class CostModel:
         return math.exp(mu + math.sqrt(param_var) * float(rng.standard_normal()))
 
     # -- learning --------------------------------------------------------------------------
-    def learn_one(self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None) -> None:
+    def learn_one(
+        self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None
+    ) -> None:
         """Learn one measured execution (predicting it first, for the running error)."""
         self.learn_many([(op, variant, exec_ms, energy_j)])
 
@@ -240,7 +262,7 @@ class CostModel:
         if measured:
             if self.energy is None:
                 self.energy = self._new_energy_regression()
-            ye = np.log([batch[i][3] for i in measured])
+            ye = np.log(np.array([batch[i][3] for i in measured], dtype=np.float64))
             e_mu, _ = self.energy.update(X[measured], ye)
             self.energy_errors.add_many(np.exp(e_mu), np.exp(ye))
         self._version += 1

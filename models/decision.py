@@ -111,7 +111,9 @@ def class_representatives(candidates: Sequence[Candidate]) -> list[Candidate]:
     chosen: dict[str, Candidate] = {}
     for c in candidates:
         current = chosen.get(c.device_class)
-        if current is None or (c.variant == Variant("fp32", "eager") and current.variant != c.variant):
+        if current is None or (
+            c.variant == Variant("fp32", "eager") and current.variant != c.variant
+        ):
             chosen[c.device_class] = c
     return [chosen[k] for k in sorted(chosen)]
 
@@ -125,7 +127,9 @@ class PriorModels:
     def __init__(self) -> None:
         self._cache: dict[str, CostModel] = {}
 
-    def get(self, models: Mapping[str, CostModelLike], device_class: str) -> tuple[CostModelLike, bool]:
+    def get(
+        self, models: Mapping[str, CostModelLike], device_class: str
+    ) -> tuple[CostModelLike, bool]:
         """(model, learned): the class's model, or its prior model and False."""
         model = models.get(device_class)
         if model is not None:
@@ -135,7 +139,9 @@ class PriorModels:
             prior = self._cache[device_class] = CostModel.for_class(device_class)
         return prior, False
 
-    def predict(self, models: Mapping[str, CostModelLike], c: Candidate, workload: Workload) -> tuple[Prediction, int]:
+    def predict(
+        self, models: Mapping[str, CostModelLike], c: Candidate, workload: Workload
+    ) -> tuple[Prediction, int]:
         """(prediction, model version) for a candidate; version 0 for a prior."""
         model, learned = self.get(models, c.device_class)
         return model.predict_one(workload.op, c.variant), model.version if learned else 0

@@ -92,7 +92,9 @@ class HistoryModel:
     """Per (op signature, device class, variant): count, mean and variance of exec time (and
     mean energy); power laws per (op kind, class, variant) fitted from those entries."""
 
-    def __init__(self, calibrate_minimum: int = CALIBRATE_MINIMUM, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self, calibrate_minimum: int = CALIBRATE_MINIMUM, max_entries: int = MAX_ENTRIES
+    ) -> None:
         self.calibrate_minimum = int(calibrate_minimum)
         self.max_entries = int(max_entries)
         # key -> [count, mean_ms, m2, size_bytes, energy_count, energy_mean_j]
@@ -100,8 +102,14 @@ class HistoryModel:
         self._laws: dict[str, PowerLaw | None] = {}
 
     # -- learning --------------------------------------------------------------------------
-    def observe(self, device_class: str, op: OpSpec, variant: Variant, exec_ms: float,
-                energy_j: float | None = None) -> None:
+    def observe(
+        self,
+        device_class: str,
+        op: OpSpec,
+        variant: Variant,
+        exec_ms: float,
+        energy_j: float | None = None,
+    ) -> None:
         """Record one execution (Welford update of the entry's mean and variance)."""
         key = _key(device_class, op, variant)
         entry = self.entries.pop(key, None)  # re-inserted last: dict order is recency
@@ -204,8 +212,11 @@ class HistoryModel:
         self._laws.clear()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"calibrate_minimum": self.calibrate_minimum, "max_entries": self.max_entries,
-                "entries": {k: list(e) for k, e in self.entries.items()}}
+        return {
+            "calibrate_minimum": self.calibrate_minimum,
+            "max_entries": self.max_entries,
+            "entries": {k: list(e) for k, e in self.entries.items()},
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HistoryModel:
@@ -225,7 +236,9 @@ class HistoryCostModel:
     std (or 100% where unknown); Thompson samples shrink it with the entry count.
     """
 
-    def __init__(self, device_class: str, mode: str = "history", history: HistoryModel | None = None) -> None:
+    def __init__(
+        self, device_class: str, mode: str = "history", history: HistoryModel | None = None
+    ) -> None:
         if mode not in ("history", "powerlaw"):
             raise ValueError(f"mode must be history or powerlaw, got {mode!r}")
         self.device_class = device_class
@@ -259,17 +272,26 @@ class HistoryCostModel:
         std = self.history.std_ms(self.device_class, op, variant)
         rel = 1.0 if std is None or count < 1 else max(std / mean, 1e-3)
         log_std = math.sqrt(math.log1p(rel * rel))
-        return Prediction(mean_ms=mean, std_ms=mean * rel,
-                          energy_j=self.history.energy_j(self.device_class, op, variant),
-                          energy_std_j=None, samples=self._rows,
-                          log_mean=math.log(mean), log_std=log_std)
+        return Prediction(
+            mean_ms=mean,
+            std_ms=mean * rel,
+            energy_j=self.history.energy_j(self.device_class, op, variant),
+            energy_std_j=None,
+            samples=self._rows,
+            log_mean=math.log(mean),
+            log_std=log_std,
+        )
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
         pred = self.predict_one(op, variant)
         count = max(self.history.count(self.device_class, op, variant), 1)
-        return math.exp(pred.log_mean + pred.log_std / math.sqrt(count) * float(rng.standard_normal()))
+        return math.exp(
+            pred.log_mean + pred.log_std / math.sqrt(count) * float(rng.standard_normal())
+        )
 
-    def learn_one(self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None) -> None:
+    def learn_one(
+        self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None
+    ) -> None:
         self.learn_many([(op, variant, exec_ms, energy_j)])
 
     def learn_many(self, rows: Iterable[Row]) -> None:
@@ -287,13 +309,20 @@ class HistoryCostModel:
         return self.errors.summary()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.mode, "device_class": self.device_class, "version": self._version,
-                "rows": self._rows, "history": self.history.subset(self.device_class).to_dict(),
-                "errors": self.errors.to_dict()}
+        return {
+            "kind": self.mode,
+            "device_class": self.device_class,
+            "version": self._version,
+            "rows": self._rows,
+            "history": self.history.subset(self.device_class).to_dict(),
+            "errors": self.errors.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HistoryCostModel:
-        model = cls(str(data["device_class"]), str(data["kind"]), HistoryModel.from_dict(data["history"]))
+        model = cls(
+            str(data["device_class"]), str(data["kind"]), HistoryModel.from_dict(data["history"])
+        )
         model._version = int(data["version"])
         model._rows = int(data["rows"])
         model.errors = ErrorTracker.from_dict(data["errors"])

@@ -108,8 +108,12 @@ class SwitchyardPolicy:
             # Nothing is predicted to make the deadline: finish as early as possible.
             objective = {"latency": 1.0, "energy": 0.0}
         idx = np.asarray(pool)
-        greedy_scores = weighted_scores(completion[idx], None if mean_energy is None else mean_energy[idx], objective)
-        draw_scores = weighted_scores(wait[idx] + draw_ms[idx], None if draw_energy is None else draw_energy[idx], objective)
+        greedy_scores = weighted_scores(
+            completion[idx], None if mean_energy is None else mean_energy[idx], objective
+        )
+        draw_scores = weighted_scores(
+            wait[idx] + draw_ms[idx], None if draw_energy is None else draw_energy[idx], objective
+        )
         greedy = int(idx[int(np.argmin(greedy_scores))])
         pick_at = int(np.argmin(draw_scores))
         chosen = int(idx[pick_at])

@@ -26,15 +26,25 @@ PriorScale = Literal["sim", "live"]
 # ~20 GB/s were measured with NumPy on the 2-core development VM (AMD EPYC); bf16 is usually
 # emulated on CPUs without AMX (slower than fp32), int8 via VNNI about 2x fp32.
 GENERIC_CPU = DeviceSpec(
-    "generic-cpu", "cpu", {"fp32": 100 * GIGA, "bf16": 50 * GIGA, "int8": 200 * GIGA},
-    20e9, 5e-6, 65.0, 10.0,
+    "generic-cpu",
+    "cpu",
+    {"fp32": 100 * GIGA, "bf16": 50 * GIGA, "int8": 200 * GIGA},
+    20e9,
+    5e-6,
+    65.0,
+    10.0,
 )
 # Per-op dispatch overhead of each runtime's eager path (typical magnitudes: NumPy calls a BLAS
 # routine directly; torch eager goes through the dispatcher; jax eager dispatches a cached XLA
 # executable per op, tens of µs).
 RUNTIME_OVERHEAD_S: dict[str, float] = {"numpy": 3e-6, "torch": 10e-6, "jax": 30e-6}
 # Catalog entries standing in for live accelerators whose model is not in the catalog.
-GENERIC_BY_KIND: dict[str, str] = {"cuda": "a100", "gpu": "a100", "tpu": "tpu-v5e", "edge": "jetson-orin"}
+GENERIC_BY_KIND: dict[str, str] = {
+    "cuda": "a100",
+    "gpu": "a100",
+    "tpu": "tpu-v5e",
+    "edge": "jetson-orin",
+}
 # Average power while busy as a fraction of TDP, for the energy prior of live devices
 # (sustained kernels rarely sit at TDP; 0.6 is a typical nvidia-smi reading under load).
 LIVE_POWER_FRACTION = 0.6
@@ -79,18 +89,28 @@ class PriorDevice:
     def to_dict(self) -> dict[str, Any]:
         dev = self.device
         return {
-            "name": dev.name, "kind": dev.kind, "peak_flops": dict(dev.peak_flops),
-            "mem_bw_bytes_s": dev.mem_bw_bytes_s, "launch_overhead_s": dev.launch_overhead_s,
-            "tdp_w": dev.tdp_w, "idle_w": dev.idle_w, "scale": self.scale,
-            "busy_power_w": self.busy_power_w, "fallback_precision": self.fallback_precision,
+            "name": dev.name,
+            "kind": dev.kind,
+            "peak_flops": dict(dev.peak_flops),
+            "mem_bw_bytes_s": dev.mem_bw_bytes_s,
+            "launch_overhead_s": dev.launch_overhead_s,
+            "tdp_w": dev.tdp_w,
+            "idle_w": dev.idle_w,
+            "scale": self.scale,
+            "busy_power_w": self.busy_power_w,
+            "fallback_precision": self.fallback_precision,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PriorDevice:
         dev = DeviceSpec(
-            str(data["name"]), data["kind"], {k: float(v) for k, v in data["peak_flops"].items()},
-            float(data["mem_bw_bytes_s"]), float(data["launch_overhead_s"]),
-            float(data["tdp_w"]), float(data["idle_w"]),
+            str(data["name"]),
+            data["kind"],
+            {k: float(v) for k, v in data["peak_flops"].items()},
+            float(data["mem_bw_bytes_s"]),
+            float(data["launch_overhead_s"]),
+            float(data["tdp_w"]),
+            float(data["idle_w"]),
         )
         return cls(dev, data["scale"], float(data["busy_power_w"]), str(data["fallback_precision"]))
 
@@ -112,7 +132,12 @@ def prior_for_class(device_class: str) -> PriorDevice:
         # An accelerator op pays the framework dispatch *and* the kernel launch.
         overhead += spec.launch_overhead_s
     live = DeviceSpec(
-        f"{device_class}~{spec.name}", spec.kind, dict(spec.peak_flops), spec.mem_bw_bytes_s,
-        overhead, spec.tdp_w, spec.idle_w,
+        f"{device_class}~{spec.name}",
+        spec.kind,
+        dict(spec.peak_flops),
+        spec.mem_bw_bytes_s,
+        overhead,
+        spec.tdp_w,
+        spec.idle_w,
     )
     return PriorDevice(live, "live", spec.tdp_w * LIVE_POWER_FRACTION)

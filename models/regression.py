@@ -210,8 +210,11 @@ class BayesLinReg:
         decay = self.forgetting ** np.arange(k - 1, -1, -1, dtype=np.float64)
         total = self.forgetting**k
         weighted = X * decay[:, None]
-        self.precision = total * self.precision + weighted.T @ X
-        self.precision[np.diag_indices_from(self.precision)] += (1.0 - total) * self._p0
+        precision = total * self.precision + weighted.T @ X
+        # Exactly symmetric, so the upper triangle stored by to_dict restores it bit for bit.
+        precision = 0.5 * (precision + precision.T)
+        precision[np.diag_indices_from(precision)] += (1.0 - total) * self._p0
+        self.precision = precision
         self.eta = total * self.eta + (1.0 - total) * self._eta0 + weighted.T @ y
         self._mean = self._cov = None
 
@@ -220,7 +223,9 @@ class BayesLinReg:
         mean = self.mean
         c = variance / self.noise_var  # relative units, like the precision
         column = self.precision[:, self.bias_index].copy()
-        self.precision = self.precision - np.outer(column, column) * (c / (1.0 + c * column[self.bias_index]))
+        self.precision = self.precision - np.outer(column, column) * (
+            c / (1.0 + c * column[self.bias_index])
+        )
         self.eta = self.precision @ mean
         self._mean = self._cov = None
         self.drift = 0.0
@@ -300,8 +305,13 @@ class ErrorTracker:
     def summary(self) -> dict[str, float | int | None]:
         """count, ewma, and median/p90/mean of the ring, in percent; None when empty."""
         if not self.ring:
-            return {"count": self.count, "ewma_ape": None, "median_ape": None,
-                    "p90_ape": None, "mean_ape": None}
+            return {
+                "count": self.count,
+                "ewma_ape": None,
+                "median_ape": None,
+                "p90_ape": None,
+                "mean_ape": None,
+            }
         arr = np.fromiter(self.ring, dtype=np.float64)
         return {
             "count": self.count,
@@ -313,8 +323,11 @@ class ErrorTracker:
 
     def to_dict(self) -> dict[str, Any]:
         # Four significant digits are plenty for an error figure and halve the JSON size.
-        return {"count": self.count, "ewma": self.ewma,
-                "ring": [float(f"{e:.4g}") for e in self.ring]}
+        return {
+            "count": self.count,
+            "ewma": self.ewma,
+            "ring": [float(f"{e:.4g}") for e in self.ring],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ErrorTracker:

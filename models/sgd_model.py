@@ -47,7 +47,9 @@ class SGDCostModel:
 
     KIND = "sgd"
 
-    def __init__(self, device_class: str, prior: PriorDevice | None = None, **sgd_params: Any) -> None:
+    def __init__(
+        self, device_class: str, prior: PriorDevice | None = None, **sgd_params: Any
+    ) -> None:
         self.device_class = device_class
         self.prior = prior or prior_for_class(device_class)
         self.params = {**SGD_PARAMS, **sgd_params}
@@ -100,20 +102,28 @@ class SGDCostModel:
         var = self.residual_var + self._spread_var()
         energy_j = energy_std = None
         if self.energy_rows:
-            e_mu = float(X[0, PRIOR_INDEX] + self._energy_offset() + self.energy.predict(self._scaled(X))[0])
+            e_mu = float(
+                X[0, PRIOR_INDEX] + self._energy_offset() + self.energy.predict(self._scaled(X))[0]
+            )
             energy_j = math.exp(e_mu)
             energy_std = energy_j * math.sqrt(math.expm1(self.energy_residual_var))
         return Prediction(
-            mean_ms=math.exp(mu), std_ms=math.exp(mu) * math.sqrt(math.expm1(min(var, 50.0))),
-            energy_j=energy_j, energy_std_j=energy_std, samples=self.time_rows,
-            log_mean=mu, log_std=math.sqrt(var),
+            mean_ms=math.exp(mu),
+            std_ms=math.exp(mu) * math.sqrt(math.expm1(min(var, 50.0))),
+            energy_j=energy_j,
+            energy_std_j=energy_std,
+            samples=self.time_rows,
+            log_mean=mu,
+            log_std=math.sqrt(var),
         )
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
         mu = float(self._log_time(self._x(op, variant)[None, :])[0])
         return math.exp(mu + math.sqrt(self._spread_var()) * float(rng.standard_normal()))
 
-    def learn_one(self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None) -> None:
+    def learn_one(
+        self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None
+    ) -> None:
         self.learn_many([(op, variant, exec_ms, energy_j)])
 
     def learn_many(self, rows: Iterable[Row]) -> None:
@@ -133,11 +143,17 @@ class SGDCostModel:
             measured = [i for i, r in enumerate(batch) if r[3] is not None]
             if measured:
                 Xe = X[measured]
-                target = np.log([batch[i][3] for i in measured]) - Xe[:, PRIOR_INDEX] - self._energy_offset()
+                target = (
+                    np.log(np.array([batch[i][3] for i in measured], dtype=np.float64))
+                    - Xe[:, PRIOR_INDEX]
+                    - self._energy_offset()
+                )
                 if self.energy_rows:
                     resid = target - self.energy.predict(self._scaled(Xe))
                     for err in resid.tolist():
-                        self.energy_residual_var += RESIDUAL_ALPHA * (err * err - self.energy_residual_var)
+                        self.energy_residual_var += RESIDUAL_ALPHA * (
+                            err * err - self.energy_residual_var
+                        )
                 self.energy.partial_fit(self._scaled(Xe), target)
                 self.energy_rows += len(measured)
         self.time_rows += len(batch)
@@ -165,25 +181,38 @@ class SGDCostModel:
     def to_dict(self) -> dict[str, Any]:
         scaler = None
         if hasattr(self.scaler, "mean_"):
-            scaler = {"mean": self.scaler.mean_.tolist(), "var": self.scaler.var_.tolist(),
-                      "scale": self.scaler.scale_.tolist(), "n": int(self.scaler.n_samples_seen_)}
+            scaler = {
+                "mean": self.scaler.mean_.tolist(),
+                "var": self.scaler.var_.tolist(),
+                "scale": self.scaler.scale_.tolist(),
+                "n": int(self.scaler.n_samples_seen_),
+            }
         return {
-            "kind": self.KIND, "device_class": self.device_class, "prior": self.prior.to_dict(),
-            "params": dict(self.params), "version": self._version, "time_rows": self.time_rows,
-            "energy_rows": self.energy_rows, "residual_var": self.residual_var,
-            "energy_residual_var": self.energy_residual_var, "scaler": scaler,
-            "time": self._sgd_state(self.time), "energy": self._sgd_state(self.energy),
+            "kind": self.KIND,
+            "device_class": self.device_class,
+            "prior": self.prior.to_dict(),
+            "params": dict(self.params),
+            "version": self._version,
+            "time_rows": self.time_rows,
+            "energy_rows": self.energy_rows,
+            "residual_var": self.residual_var,
+            "energy_residual_var": self.energy_residual_var,
+            "scaler": scaler,
+            "time": self._sgd_state(self.time),
+            "energy": self._sgd_state(self.energy),
             "errors": self.errors.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SGDCostModel:
-        model = cls(str(data["device_class"]), PriorDevice.from_dict(data["prior"]), **data["params"])
+        model = cls(
+            str(data["device_class"]), PriorDevice.from_dict(data["prior"]), **data["params"]
+        )
         if data["scaler"] is not None:
             s = data["scaler"]
             model.scaler.mean_ = np.asarray(s["mean"], dtype=np.float64)
             model.scaler.var_ = np.asarray(s["var"], dtype=np.float64)
-            model.scaler.n_samples_seen_ = int(s["n"])
+            model.scaler.n_samples_seen_ = np.int64(s["n"])  # sklearn wants a NumPy scalar
             model.scaler.scale_ = np.asarray(s["scale"], dtype=np.float64)
             model.scaler.n_features_in_ = N_FEATURES
         model.time = model._restore_sgd(data["time"])

@@ -65,15 +65,21 @@ ops = _op_dicts().map(parse_op)
 def op_and_variant(draw: st.DrawFn) -> tuple[OpSpec, Variant]:
     """A valid (op, variant) pair: int8 only where the contract allows it."""
     op = draw(ops)
-    allowed = [p for p in ("fp32", "tf32", "bf16", "fp16", "int8") if supports_precision(op.kind, p)]
+    allowed = [
+        p for p in ("fp32", "tf32", "bf16", "fp16", "int8") if supports_precision(op.kind, p)
+    ]
     variant = Variant(draw(st.sampled_from(allowed)), draw(st.sampled_from(["eager", "compiled"])))
     return op, variant
 
 
-def random_matmuls(rng: np.random.Generator, n: int, low: int = 16, high: int = 1024) -> list[OpSpec]:
+def random_matmuls(
+    rng: np.random.Generator, n: int, low: int = 16, high: int = 1024
+) -> list[OpSpec]:
     """n matmuls with log-uniform dimensions."""
     dims = np.exp(rng.uniform(np.log(low), np.log(high), size=(n, 3))).astype(int)
-    return [parse_op({"kind": "matmul", "m": int(m), "k": int(k), "n": int(nn)}) for m, k, nn in dims]
+    return [
+        parse_op({"kind": "matmul", "m": int(m), "k": int(k), "n": int(nn)}) for m, k, nn in dims
+    ]
 
 
 def random_mixed_ops(rng: np.random.Generator, n: int) -> list[OpSpec]:
@@ -85,19 +91,33 @@ def random_mixed_ops(rng: np.random.Generator, n: int) -> list[OpSpec]:
         if choice == 0:
             out.append(parse_op({"kind": "matmul", "m": a, "k": b, "n": c}))
         elif choice == 1:
-            out.append(parse_op({"kind": "linear", "batch": a, "in_features": b, "out_features": c}))
+            out.append(
+                parse_op({"kind": "linear", "batch": a, "in_features": b, "out_features": c})
+            )
         elif choice == 2:
             out.append(parse_op({"kind": "layernorm", "rows": a, "dim": b}))
         elif choice == 3:
             out.append(parse_op({"kind": "softmax", "rows": a, "dim": c}))
         else:
-            out.append(parse_op({"kind": "attention", "batch": 1, "heads": 4,
-                                 "seq_len": min(a, 256), "head_dim": 64}))
+            out.append(
+                parse_op(
+                    {
+                        "kind": "attention",
+                        "batch": 1,
+                        "heads": 4,
+                        "seq_len": min(a, 256),
+                        "head_dim": 64,
+                    }
+                )
+            )
     return out
 
 
 def roofline_world(
-    peak_flops: float, bandwidth: float, overhead_ms: float, kind_factor: dict[str, float] | None = None
+    peak_flops: float,
+    bandwidth: float,
+    overhead_ms: float,
+    kind_factor: dict[str, float] | None = None,
 ) -> Callable[[OpSpec, Variant], float]:
     """A synthetic device: roofline time in ms with per-kind inefficiency factors."""
     factors = kind_factor or {}

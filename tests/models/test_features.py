@@ -60,7 +60,9 @@ def test_size_features_are_centred_log10() -> None:
     x = dict(zip(FEATURE_NAMES, featurize(op, Variant("fp32")), strict=True))
     assert x["log10_flops"] == pytest.approx(math.log10(2e6) - 8.0)
     assert x["log10_bytes"] == pytest.approx(math.log10(3 * 1e4 * 4) - 6.0)
-    assert x["log10_intensity"] == pytest.approx(x["log10_flops"] - x["log10_bytes"] + 8.0 - 6.0 - 1.0)
+    assert x["log10_intensity"] == pytest.approx(
+        x["log10_flops"] - x["log10_bytes"] + 8.0 - 6.0 - 1.0
+    )
 
 
 def test_half_precision_moves_fewer_bytes() -> None:

@@ -21,9 +21,16 @@ BF16 = Variant("bf16")
 MATMUL = parse_op({"kind": "matmul", "m": 512, "k": 512, "n": 512})
 
 
-def workload(op: OpSpec = MATMUL, precisions=("fp32",), deadline_ms=None, objective=None, wid="w") -> Workload:
-    return Workload(id=wid, op=op, precisions=tuple(precisions), deadline_ms=deadline_ms,
-                    objective=objective or {"latency": 1.0, "energy": 0.0})
+def workload(
+    op: OpSpec = MATMUL, precisions=("fp32",), deadline_ms=None, objective=None, wid="w"
+) -> Workload:
+    return Workload(
+        id=wid,
+        op=op,
+        precisions=tuple(precisions),
+        deadline_ms=deadline_ms,
+        objective=objective or {"latency": 1.0, "energy": 0.0},
+    )
 
 
 def cands(*specs: tuple[str, float, int]) -> list[Candidate]:
@@ -44,10 +51,16 @@ def test_round_robin_cycles_classes_in_name_order_ignoring_load() -> None:
 
 def test_random_is_deterministic_given_rng_and_covers_every_class() -> None:
     offered = cands(("a", 0.0, 1), ("b", 0.0, 1), ("c", 0.0, 1))
-    first = [make_policy("random").decide(workload(), offered, {}, None, r).device_class
-             for r in [rng(1)] for _ in range(60)]
+    first = [
+        make_policy("random").decide(workload(), offered, {}, None, r).device_class
+        for r in [rng(1)]
+        for _ in range(60)
+    ]
     r2 = rng(1)
-    second = [make_policy("random").decide(workload(), offered, {}, None, r2).device_class for _ in range(60)]
+    second = [
+        make_policy("random").decide(workload(), offered, {}, None, r2).device_class
+        for _ in range(60)
+    ]
     assert first == second
     assert set(first) == {"a", "b", "c"}
 
@@ -55,7 +68,9 @@ def test_random_is_deterministic_given_rng_and_covers_every_class() -> None:
 def test_pow2_never_picks_the_strictly_longest_queue() -> None:
     policy, r = make_policy("pow2"), rng(3)
     offered = cands(("a", 10.0, 1), ("b", 20.0, 1), ("c", 30.0, 1), ("d", 1000.0, 1))
-    picks = Counter(policy.decide(workload(), offered, {}, None, r).device_class for _ in range(300))
+    picks = Counter(
+        policy.decide(workload(), offered, {}, None, r).device_class for _ in range(300)
+    )
     assert "d" not in picks
     assert picks["a"] > picks["b"] > picks["c"] > 0
 
@@ -71,7 +86,10 @@ def test_jsq_divides_backlog_by_live_instances() -> None:
 def test_jsq_breaks_ties_randomly() -> None:
     policy, r = make_policy("jsq"), rng(5)
     offered = cands(("a", 0.0, 1), ("b", 0.0, 1))
-    assert {policy.decide(workload(), offered, {}, None, r).device_class for _ in range(40)} == {"a", "b"}
+    assert {policy.decide(workload(), offered, {}, None, r).device_class for _ in range(40)} == {
+        "a",
+        "b",
+    }
 
 
 def test_static_uses_fp32_eager_when_allowed_else_first_allowed() -> None:
@@ -134,7 +152,9 @@ def test_dmda_without_history_is_a_fallback() -> None:
 def test_oracle_picks_earliest_true_finish_over_variants() -> None:
     costs = {("a", "fp32"): 10.0, ("a", "bf16"): 4.0, ("b", "fp32"): 5.0, ("b", "bf16"): 3.0}
     policy = make_policy("oracle", true_ms=lambda cls, op, v: costs[(cls, v.precision)])
-    offered = [Candidate(c, v, 1, backlog) for c, backlog in (("a", 0.0), ("b", 2.0)) for v in (FP32, BF16)]
+    offered = [
+        Candidate(c, v, 1, backlog) for c, backlog in (("a", 0.0), ("b", 2.0)) for v in (FP32, BF16)
+    ]
     d = policy.decide(workload(precisions=("fp32", "bf16")), offered, {}, None, rng())
     assert (d.device_class, d.variant) == ("a", BF16)  # 4 < 2 + 3
     assert d.predicted_ms == 4.0 and d.reason == "exploit"
@@ -209,16 +229,22 @@ def test_switchyard_explores_early_then_exploits_the_truly_faster_class() -> Non
 def test_switchyard_weighs_backlog_per_instance() -> None:
     models = {c: CostModel.for_class(c) for c in ("sim-h100", "sim-a100")}
     policy = make_policy("switchyard")
-    idle = policy.decide(workload(), cands(("sim-h100", 0.0, 1), ("sim-a100", 0.0, 1)), models, None, rng())
+    idle = policy.decide(
+        workload(), cands(("sim-h100", 0.0, 1), ("sim-a100", 0.0, 1)), models, None, rng()
+    )
     assert idle.device_class == "sim-h100"
-    busy = policy.decide(workload(), cands(("sim-h100", 100.0, 1), ("sim-a100", 0.0, 1)), models, None, rng())
+    busy = policy.decide(
+        workload(), cands(("sim-h100", 100.0, 1), ("sim-a100", 0.0, 1)), models, None, rng()
+    )
     assert busy.device_class == "sim-a100" and busy.expected_wait_ms == 0.0
-    shared = policy.decide(workload(), cands(("sim-h100", 1.0, 1000), ("sim-a100", 0.0, 1)), models, None, rng())
+    shared = policy.decide(
+        workload(), cands(("sim-h100", 1.0, 1000), ("sim-a100", 0.0, 1)), models, None, rng()
+    )
     assert shared.device_class == "sim-h100" and shared.expected_wait_ms == pytest.approx(0.001)
 
 
 def _energy_models() -> dict[str, CostModel]:
-    """"fast" takes 1 ms at 300 J/s; "frugal" 3 ms at 20 J/s (0.3 J vs 0.06 J)."""
+    """ "fast" takes 1 ms at 300 J/s; "frugal" 3 ms at 20 J/s (0.3 J vs 0.06 J)."""
     models = {c: CostModel.for_class(c) for c in ("torch-cpu-fast", "torch-cpu-frugal")}
     for _ in range(60):
         models["torch-cpu-fast"].learn_one(MATMUL, FP32, 1.0, 0.3)
@@ -230,15 +256,21 @@ def test_energy_objective_picks_the_lower_energy_class() -> None:
     models, policy = _energy_models(), make_policy("switchyard")
     offered = cands(("torch-cpu-fast", 0.0, 1), ("torch-cpu-frugal", 0.0, 1))
     latency = policy.decide(workload(), offered, models, None, rng())
-    energy = policy.decide(workload(objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    energy = policy.decide(
+        workload(objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng()
+    )
     assert latency.device_class == "torch-cpu-fast"
     assert energy.device_class == "torch-cpu-frugal" and not energy.energy_fallback
     assert energy.predicted_energy_j == pytest.approx(0.06, rel=0.1)
     # A mix weighs ratios to the best: fast 0.5*1 + 0.5*(0.3/0.06) = 3.0, frugal 0.5*3 + 0.5*1 = 2.0.
-    mixed = policy.decide(workload(objective={"latency": 0.5, "energy": 0.5}), offered, models, None, rng())
+    mixed = policy.decide(
+        workload(objective={"latency": 0.5, "energy": 0.5}), offered, models, None, rng()
+    )
     assert mixed.device_class == "torch-cpu-frugal"
     latency_heavy = workload(objective={"latency": 0.9, "energy": 0.1})
-    assert policy.decide(latency_heavy, offered, models, None, rng()).device_class == "torch-cpu-fast"
+    assert (
+        policy.decide(latency_heavy, offered, models, None, rng()).device_class == "torch-cpu-fast"
+    )
 
 
 def test_energy_objective_falls_back_on_latency_without_energy_data() -> None:
@@ -247,23 +279,43 @@ def test_energy_objective_falls_back_on_latency_without_energy_data() -> None:
     for _ in range(60):
         models["torch-cpu-frugal"].learn_one(MATMUL, FP32, 3.0, None)
     offered = cands(("torch-cpu-fast", 0.0, 1), ("torch-cpu-frugal", 0.0, 1))
-    d = make_policy("switchyard").decide(workload(objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    d = make_policy("switchyard").decide(
+        workload(objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng()
+    )
     assert d.energy_fallback and d.device_class == "torch-cpu-fast"
 
 
 def test_deadline_prefers_candidates_that_meet_it() -> None:
     models, policy = _energy_models(), make_policy("switchyard")
     offered = cands(("torch-cpu-fast", 0.0, 1), ("torch-cpu-frugal", 0.0, 1))
-    d = policy.decide(workload(deadline_ms=2.0, objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    d = policy.decide(
+        workload(deadline_ms=2.0, objective={"latency": 0.0, "energy": 1.0}),
+        offered,
+        models,
+        None,
+        rng(),
+    )
     assert d.device_class == "torch-cpu-fast" and d.meets_deadline
-    relaxed = policy.decide(workload(deadline_ms=10.0, objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    relaxed = policy.decide(
+        workload(deadline_ms=10.0, objective={"latency": 0.0, "energy": 1.0}),
+        offered,
+        models,
+        None,
+        rng(),
+    )
     assert relaxed.device_class == "torch-cpu-frugal" and relaxed.meets_deadline
 
 
 def test_deadline_nobody_can_meet_is_marked_and_finishes_earliest() -> None:
     models, policy = _energy_models(), make_policy("switchyard")
     offered = cands(("torch-cpu-fast", 5.0, 1), ("torch-cpu-frugal", 0.0, 1))
-    d = policy.decide(workload(deadline_ms=0.5, objective={"latency": 0.0, "energy": 1.0}), offered, models, None, rng())
+    d = policy.decide(
+        workload(deadline_ms=0.5, objective={"latency": 0.0, "energy": 1.0}),
+        offered,
+        models,
+        None,
+        rng(),
+    )
     assert not d.meets_deadline
     assert d.device_class == "torch-cpu-frugal"  # 3 ms beats 5 + 1 ms
 
@@ -271,7 +323,9 @@ def test_deadline_nobody_can_meet_is_marked_and_finishes_earliest() -> None:
 def test_switchyard_chooses_the_variant_too() -> None:
     models = {"sim-h100": CostModel.for_class("sim-h100")}
     offered = [Candidate("sim-h100", FP32), Candidate("sim-h100", BF16)]
-    big = workload(parse_op({"kind": "matmul", "m": 4096, "k": 4096, "n": 4096}), precisions=("fp32", "bf16"))
+    big = workload(
+        parse_op({"kind": "matmul", "m": 4096, "k": 4096, "n": 4096}), precisions=("fp32", "bf16")
+    )
     assert make_policy("switchyard").decide(big, offered, models, None, rng()).variant == BF16
     fp32_only = workload(big.op, precisions=("fp32",))
     assert make_policy("switchyard").decide(fp32_only, offered, models, None, rng()).variant == FP32
@@ -281,5 +335,14 @@ def test_decision_to_dict_is_json_ready() -> None:
     d = make_policy("switchyard").decide(workload(), cands(("sim-h100", 0.0, 1)), {}, None, rng())
     out = d.to_dict()
     assert out["variant"] == {"precision": "fp32", "mode": "eager"}
-    assert set(out) >= {"device_class", "predicted_ms", "predicted_std_ms", "predicted_energy_j",
-                        "reason", "meets_deadline", "model_version", "expected_wait_ms", "score"}
+    assert set(out) >= {
+        "device_class",
+        "predicted_ms",
+        "predicted_std_ms",
+        "predicted_energy_j",
+        "reason",
+        "meets_deadline",
+        "model_version",
+        "expected_wait_ms",
+        "score",
+    }

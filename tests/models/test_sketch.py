@@ -117,8 +117,11 @@ def test_merge_rejects_different_alpha() -> None:
 
 def test_window_stats_summary() -> None:
     stats = WindowStats()
-    stats.add_batch([1.0, 2.0, 3.0, 100.0], errors=[False, False, False, True],
-                    energies=[0.5, None, float("nan"), 9.0])
+    stats.add_batch(
+        [1.0, 2.0, 3.0, 100.0],
+        errors=[False, False, False, True],
+        energies=[0.5, None, float("nan"), 9.0],
+    )
     stats.add_batch([4.0], errors=2)
     summary = stats.summary()
     assert summary["count"] == 7

@@ -288,9 +288,15 @@ class TorchRuntime(Runtime):
         return fbgemm if self.int8_impl == "fbgemm" else int_mm
 
     def execute(self, spec: OpSpec, variant: Variant, inputs: dict[str, np.ndarray]) -> Any:
-        """As :meth:`Runtime.execute`, without autograd bookkeeping."""
-        with _torch().inference_mode():
-            return super().execute(spec, variant, inputs)
+        """As :meth:`Runtime.execute`, without autograd bookkeeping; CUDA OOM -> MemoryError."""
+        torch = _torch()
+        try:
+            with torch.inference_mode():
+                return super().execute(spec, variant, inputs)
+        except torch.OutOfMemoryError as exc:
+            # Free the cached blocks the failed op left, so the next workload can run.
+            torch.cuda.empty_cache()
+            raise MemoryError(str(exc).splitlines()[0]) from None
 
     def _sync(self, out: Any) -> None:
         if self.is_cuda:

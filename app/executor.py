@@ -1,0 +1,313 @@
+"""The executor process: one runtime on one device, fed by its class's route topic.
+
+Plain aiokafka rather than Faust: the executor has no tables, and it must commit an offset
+only after the workload's outcome and metric are acknowledged (at-least-once; the worker
+deduplicates outcomes by workload id). Compute runs in one worker thread, never on the event
+loop, so consumer heartbeats keep flowing while a long op runs. SIGTERM/SIGINT finish the op
+in hand, publish its records, commit, send a last ``stopping`` heartbeat and leave the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+
+from app import topics
+from app.admin import contract_topics, ensure_topics
+from app.records import DeadLetterRecord, HeartbeatRecord, MetricRecord, ResultRecord
+from app.settings import Settings, get_settings
+from models.ops import SpecError
+from models.workload import WorkloadLimits, decode_json_bounded
+from runtimes import Runtime, get_runtime
+from runtimes.energy import NvmlMeter, PowerTracker
+from runtimes.work import WorkResult, now_ms, perform, read_slowdown, route_id
+
+logger = logging.getLogger(__name__)
+# Room for the record around an inline output as large as the inline limit allows.
+ENVELOPE_BYTES = 64 * 1024
+
+
+def limits_from(settings: Settings) -> WorkloadLimits:
+    """The workload limits the settings configure."""
+    return WorkloadLimits(
+        max_elements=settings.max_elements,
+        max_inline_elements=settings.max_inline_elements,
+        max_message_bytes=settings.max_message_bytes,
+        max_depth=settings.max_json_depth,
+    )
+
+
+def default_device_id(runtime: Runtime) -> str:
+    """``host-runtime-device-pid``, topic-key safe."""
+    device = runtime.device.replace(":", "")
+    return f"{socket.gethostname()}-{runtime.name}-{device}-{os.getpid()}"
+
+
+class Executor:
+    """Consumes ``switchyard.routes.<class>``, runs each workload, reports what happened."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: Runtime,
+        device_id: str | None = None,
+        slowdown_file: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.device_id = device_id or default_device_id(runtime)
+        self.slowdown_file = slowdown_file
+        self.threads = threads
+        self.limits = limits_from(settings)
+        self.route_topic = topics.route_topic(runtime.device_class)
+        # Namespaced like the topics, so isolated deployments sharing a cluster never share a group.
+        self.group_id = f"{topics.NAMESPACE}switchyard-executor.{runtime.device_class}"
+        self.capabilities = [list(c) for c in runtime.capabilities()]
+        self.started_at_ms = now_ms()
+        self.stopping = asyncio.Event()
+        self.in_hand = 0
+        self.processed = 0
+        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+        nvml = getattr(runtime, "power_meter", lambda: None)()
+        self.nvml: NvmlMeter | None = nvml if nvml is not None and nvml.available else None
+        self.power = PowerTracker(self.nvml or runtime.meter)
+        self._partitions: dict[str, int] = {}
+
+    # --- Kafka plumbing -------------------------------------------------------------------
+    def _client_kwargs(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self.settings.broker, **self.settings.kafka_client_kwargs()}
+
+    async def _class_partition(self, producer: AIOKafkaProducer, topic: str) -> int:
+        """All records of one device class go to one partition of ``topic``."""
+        if topic not in self._partitions:
+            count = len(await producer.partitions_for(topic))
+            self._partitions[topic] = topics.class_partition(self.runtime.device_class, count)
+        return self._partitions[topic]
+
+    async def _send(
+        self,
+        producer: AIOKafkaProducer,
+        topic: str,
+        key: str,
+        value: bytes,
+        partition: int | None = None,
+    ) -> None:
+        await producer.send_and_wait(topic, value, key=key.encode(), partition=partition)
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; returns the process exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        await ensure_topics(
+            self.settings,
+            {**contract_topics(self.settings), self.route_topic: self.settings.route_partitions},
+        )
+        max_bytes = self.settings.max_message_bytes + ENVELOPE_BYTES
+        producer = AIOKafkaProducer(acks="all", max_request_size=max_bytes, **self._client_kwargs())
+        consumer = AIOKafkaConsumer(
+            self.route_topic,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=max_bytes,
+            fetch_max_bytes=max(max_bytes, 52_428_800),
+            **self._client_kwargs(),
+        )
+        await producer.start()
+        await consumer.start()
+        heartbeats = asyncio.create_task(self._heartbeat_loop(producer, consumer))
+        logger.info(
+            "executor %s (%s) consuming %s as %s",
+            self.device_id,
+            self.runtime.device_class,
+            self.route_topic,
+            self.group_id,
+        )
+        try:
+            await self._consume(producer, consumer)
+        finally:
+            heartbeats.cancel()
+            try:
+                await self._heartbeat(producer, consumer, state="stopping")
+            except Exception as exc:  # the broker may be the reason we are stopping
+                logger.warning("last heartbeat not sent: %s", exc)
+            await consumer.stop()  # leaves the group: partitions move at once
+            await producer.stop()
+            self.compute.shutdown(wait=True)
+            self.runtime.close()
+        logger.info("executor %s stopped after %d workloads", self.device_id, self.processed)
+        return 0
+
+    async def _consume(self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer) -> None:
+        while not self.stopping.is_set():
+            stop = asyncio.ensure_future(self.stopping.wait())
+            fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=500, max_records=1))
+            await asyncio.wait({stop, fetch}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not fetch.done():
+                fetch.cancel()
+                break
+            for tp, messages in fetch.result().items():
+                for message in messages:
+                    # Once fetched, a record is finished even if SIGTERM arrives meanwhile.
+                    await self._handle(producer, message)
+                    await self._commit(consumer, tp, message.offset + 1)
+
+    async def _commit(self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> None:
+        try:
+            await consumer.commit({tp: offset})
+        except (CommitFailedError, KafkaError) as exc:
+            # Partition revoked mid-op: its new owner redoes the workload, and the worker
+            # drops the duplicate outcome.
+            logger.warning(
+                "commit of %s@%d failed (%s); the record will be redone", tp, offset, exc
+            )
+
+    async def _handle(self, producer: AIOKafkaProducer, message: Any) -> None:
+        try:
+            route = decode_json_bounded(
+                message.value or b"", self.limits.max_message_bytes, self.limits.max_depth
+            )
+            route_id(route)
+        except SpecError as exc:
+            await self._dead_letter(producer, message, str(exc))
+            return
+        assert isinstance(route, dict)
+        self.in_hand = 1
+        try:
+            slowdown = read_slowdown(self.slowdown_file)
+            loop = asyncio.get_running_loop()
+            result: WorkResult = await loop.run_in_executor(
+                self.compute,
+                lambda: perform(
+                    route,
+                    self.runtime,
+                    device_id=self.device_id,
+                    limits=self.limits,
+                    slowdown=slowdown,
+                ),
+            )
+            await self._publish(producer, result)
+            self.processed += 1
+        finally:
+            self.in_hand = 0
+
+    async def _publish(self, producer: AIOKafkaProducer, result: WorkResult) -> None:
+        metric = MetricRecord.from_data(result.metric)
+        outcome = ResultRecord.from_data(result.outcome)
+        partition = await self._class_partition(producer, topics.METRICS)
+        await asyncio.gather(
+            self._send(producer, topics.METRICS, self.device_id, metric.dumps(), partition),
+            self._send(producer, topics.OUTCOMES, outcome.id, outcome.dumps()),
+        )
+
+    async def _dead_letter(self, producer: AIOKafkaProducer, message: Any, reason: str) -> None:
+        logger.warning(
+            "dead-lettering %s[%d]@%d: %s", message.topic, message.partition, message.offset, reason
+        )
+        record = DeadLetterRecord(
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            reason=reason,
+            raw_b64=base64.b64encode(message.value or b"").decode(),
+            stage="executor",
+            rejected_at_ms=now_ms(),
+            key=message.key.decode("utf-8", "replace") if message.key is not None else None,
+        )
+        await self._send(producer, topics.DEADLETTER, record.key or "", record.dumps())
+
+    # --- heartbeats ------------------------------------------------------------------------
+    async def _queue_depth(self, consumer: AIOKafkaConsumer) -> int:
+        """Records waiting in our partitions (end offset minus position) plus the one in hand."""
+        lag = 0
+        for tp in consumer.assignment():
+            try:
+                end = consumer.highwater(tp)
+                if end is None:
+                    end = (await consumer.end_offsets([tp]))[tp]
+                lag += max(0, end - await consumer.position(tp))
+            except (KafkaError, AssertionError, KeyError) as exc:  # revoked meanwhile
+                logger.debug("lag of %s unknown: %s", tp, exc)
+        return lag + self.in_hand
+
+    def _memory_bytes(self) -> int | None:
+        used = self.runtime.memory().get("device_memory_used_bytes")
+        if used is not None:
+            return used
+        import psutil  # host runtimes: the process's resident memory
+
+        return int(psutil.Process().memory_info().rss)
+
+    async def _heartbeat(
+        self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, state: str = "up"
+    ) -> None:
+        record = HeartbeatRecord(
+            device_id=self.device_id,
+            device_class=self.runtime.device_class,
+            runtime=self.runtime.name,
+            device=self.runtime.device,
+            capabilities=self.capabilities,
+            queue_depth=await self._queue_depth(consumer),
+            sent_at_ms=now_ms(),
+            started_at_ms=self.started_at_ms,
+            model=self.runtime.device_class.split("-", 2)[-1],
+            in_hand=self.in_hand,
+            memory_bytes=self._memory_bytes(),
+            power_w=(self.nvml.power_w() if self.nvml else self.power.power_w()),
+            threads=self.threads,
+            simulated=self.runtime.simulated,
+            state=state,
+        )
+        partition = await self._class_partition(producer, topics.HEARTBEATS)
+        await self._send(producer, topics.HEARTBEATS, self.device_id, record.dumps(), partition)
+
+    async def _heartbeat_loop(self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            try:
+                await self._heartbeat(producer, consumer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a missed heartbeat is survivable; dying here is not
+                logger.warning("heartbeat failed: %s", exc)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+
+def run_executor(
+    runtime: str,
+    device: str,
+    threads: int | None,
+    device_id: str | None,
+    slowdown_file: str | None,
+    drift: str | None,
+) -> int:
+    """Build the runtime and serve its route topic until SIGTERM (blocking); the exit code."""
+    settings = get_settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options: dict[str, Any] = {}
+    if drift is not None:
+        if runtime != "sim":
+            logger.error("--drift applies to the sim runtime only")
+            return 2
+        options["drift"] = drift
+    if runtime == "torch" and getattr(settings, "torch_compile_cpu", False):
+        options["compile_cpu"] = True
+    try:
+        rt = get_runtime(runtime, device, threads=threads, **options)
+    except (RuntimeError, ValueError, SpecError) as exc:
+        logger.error("cannot start %s on %s: %s", runtime, device, exc)
+        return 2
+    return asyncio.run(Executor(settings, rt, device_id, slowdown_file, threads).run())

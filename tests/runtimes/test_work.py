@@ -1,0 +1,169 @@
+"""The executor's pure core: one route in, one outcome and one metric out, never a crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from models.ops import SpecError, make_inputs, parse_op, reference
+from models.tensors import checksum, decode_tensor, encode_tensor
+from models.workload import WorkloadLimits
+from runtimes import Runtime, get_runtime
+from runtimes.check import within_tolerance
+from runtimes.work import perform, read_slowdown, route_id
+
+OP = {"kind": "matmul", "m": 3, "k": 4, "n": 5}
+
+
+def route(precision: str = "fp32", **workload: Any) -> dict[str, Any]:
+    return {
+        "id": "w1",
+        "workload": {"id": "w1", "op": OP, "precisions": [precision], **workload},
+        "device_class": "x",
+        "variant": {"precision": precision, "mode": "eager"},
+        "predicted_ms": 2.0,
+        "decided_at_ms": 1000,
+        "attempt": 2,
+    }
+
+
+@pytest.fixture(scope="module")
+def numpy_rt() -> Runtime:
+    return get_runtime("numpy", "cpu", threads=1)
+
+
+def run(rt: Runtime, r: dict[str, Any], **kw: Any) -> Any:
+    return perform(r, rt, device_id="d", limits=WorkloadLimits(), clock_ms=lambda: 1500, **kw)
+
+
+def test_ok_route_gives_checked_outcome_and_metric(numpy_rt: Runtime) -> None:
+    result = run(numpy_rt, route(seed=4, return_output=True))
+    o, m = result.outcome, result.metric
+    spec = parse_op(OP)
+    out = decode_tensor(o["output"], 100)
+    assert within_tolerance(out, reference(spec, make_inputs(spec, 4)), "fp32")[0]
+    assert o["status"] == "ok" and o["error"] is None and o["checksum"] == checksum(out)
+    assert o["queue_ms"] == 500 and o["attempt"] == 2 and o["decided_at_ms"] == 1000
+    assert m["exec_ms"] == o["latency_ms"] > 0 and m["flops"] == 120 and m["bytes_moved"] == 4 * 47
+    assert m["predicted_ms"] == 2.0 and m["op"] == spec.to_dict() and not m["throttled"]
+
+
+def test_output_is_omitted_above_the_inline_limit(numpy_rt: Runtime) -> None:
+    r = perform(
+        route(return_output=True),
+        numpy_rt,
+        device_id="d",
+        limits=WorkloadLimits(max_inline_elements=14),
+    )
+    assert r.outcome["status"] == "ok" and r.outcome["output"] is None and r.outcome["checksum"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda r: r.update(variant={"precision": "fp64"}), "unknown precision"),
+        (lambda r: r.update(variant=None), "variant must be an object"),
+        (lambda r: r["workload"].update(precisions=["fp16"]), "not among the request's precisions"),
+        (lambda r: r.update(workload="nope"), "JSON object"),
+        (lambda r: r["workload"]["op"].update(m=-1), "must be >= 1"),
+        (
+            lambda r: r["workload"].update(
+                inputs={
+                    "a": encode_tensor(np.ones((3, 4), np.float32)),
+                    "b": {"dtype": "float32", "shape": [4, 5], "data_b64": "@@"},
+                }
+            ),
+            "input b",
+        ),
+    ],
+)
+def test_workload_faults_become_error_outcomes(numpy_rt: Runtime, mutate: Any, reason: str) -> None:
+    r = route()
+    r["workload"]["op"] = dict(OP)
+    mutate(r)
+    result = run(numpy_rt, r)
+    assert result.outcome["status"] == "error" and reason in result.outcome["error"]
+    assert result.metric["status"] == "error" and result.metric["exec_ms"] == 0.0
+
+
+def test_refused_variant_is_an_error_not_a_substitute(numpy_rt: Runtime) -> None:
+    result = run(numpy_rt, route("bf16"))
+    assert result.outcome["status"] == "error" and "bfloat16" in result.outcome["error"]
+    assert result.outcome["variant"] == {"precision": "bf16", "mode": "eager"}
+
+
+class Exploding(Runtime):
+    name, device, device_class = "boom", "cpu", "boom-cpu-x86"
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def refusal(self, kind: str, precision: str, mode: str) -> str | None:
+        return None
+
+    def _prepare(self, spec: Any, variant: Any, inputs: Any) -> Any:
+        raise self.exc
+
+    def _build(self, spec: Any, variant: Any, args: Any) -> Any:
+        raise AssertionError
+
+    def _sync(self, out: Any) -> None: ...
+
+    def _to_numpy(self, out: Any) -> np.ndarray:
+        raise AssertionError
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (MemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "out of memory: CUDA"),
+        (RuntimeError("cuBLAS failure"), "RuntimeError: cuBLAS failure"),
+    ],
+)
+def test_backend_failures_become_error_outcomes(exc: BaseException, reason: str) -> None:
+    result = run(Exploding(exc), route())
+    assert result.outcome["status"] == "error" and result.outcome["error"].startswith(reason)
+
+
+def test_sim_outcome_has_no_output_and_says_simulated() -> None:
+    sim = get_runtime("sim", "cpu-core", noise_sigma=0.0)
+    result = run(sim, route(return_output=True))
+    assert result.outcome["status"] == "ok" and result.outcome["simulated"]
+    assert result.outcome["output"] is None and result.outcome["checksum"] is None
+    assert result.outcome["energy_j"] is None and result.metric["simulated"]
+
+
+def test_slowdown_really_takes_longer_and_is_marked(tmp_path: Path) -> None:
+    sim = get_runtime("sim", "cpu-core", noise_sigma=0.0)
+    r = route()
+    r["workload"]["op"] = {"kind": "matmul", "m": 256, "k": 256, "n": 256}  # ~0.17 ms simulated
+    base = run(sim, r).metric
+    slow = run(sim, r, slowdown=5.0).metric
+    assert slow["throttled"] and not base["throttled"]
+    assert slow["exec_ms"] >= 4.5 * base["exec_ms"]
+
+
+def test_read_slowdown(tmp_path: Path) -> None:
+    f = tmp_path / "s"
+    assert read_slowdown(None) == 1.0 and read_slowdown(f) == 1.0
+    for text, factor in (
+        ("2.5", 2.5),
+        ("0.3", 1.0),
+        ("nan", 1.0),
+        ("x", 1.0),
+        ("", 1.0),
+        ("1e9", 1000.0),
+    ):
+        f.write_text(text)
+        assert read_slowdown(f) == factor
+
+
+def test_route_id() -> None:
+    assert route_id({"id": "a"}) == "a"
+    for bad in ([], {"id": ""}, {"id": 5}, {}):
+        with pytest.raises(SpecError):
+            route_id(bad)

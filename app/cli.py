@@ -30,14 +30,14 @@ def _worker(ns: argparse.Namespace) -> int:
 
     if ns.web_port is not None:
         os.environ["SWITCHYARD_WEB_PORT"] = str(ns.web_port)
-    from app.main import app  # reads the settings from the environment
+    from app.main import main as faust_main  # reads the settings from the environment
 
     level = {"warning": "warn", "critical": "crit"}.get(ns.loglevel, ns.loglevel)
     argv = ["switchyard", "worker", "-l", level]
     if ns.web_port is not None:
         argv += ["--web-port", str(ns.web_port)]
     sys.argv = argv
-    app.main()
+    faust_main()
     return 0
 
 

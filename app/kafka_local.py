@@ -108,7 +108,9 @@ def server_properties(port: int, controller_port: int, paths: BrokerPaths) -> st
             "share.coordinator.state.topic.min.isr=1",
             # Consumers join at once instead of waiting 3 s for more members.
             "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=true",
+            # Topics are created deliberately, with their partition counts: an auto-created topic
+            # would get one partition and break co-partitioning with the tables.
+            "auto.create.topics.enable=false",
             "delete.topic.enable=true",
             "log.retention.hours=24",
             "message.max.bytes=16777216",

@@ -31,18 +31,17 @@ def broker_credentials(settings: Settings) -> Any:
     )
 
 
-def create_app(settings: Settings, *, app_id: str | None = None,
-               autodiscover: bool | list[str] = True) -> faust.App:
+def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
     """Build the Faust app. Tests build their own with another id and data dir."""
-    discover: bool | list[str] = ["agents", "app.web"] if autodiscover is True else autodiscover
     return faust.App(
         app_id or settings.app_id,
         broker=settings.broker_url,
         broker_credentials=broker_credentials(settings),
         store=settings.store,
         datadir=str(settings.data_dir),
-        autodiscover=discover,
-        origin="app",
+        # Stages are imported explicitly (load_stages): autodiscovery swallows import errors
+        # and would start a worker with no agents at all.
+        autodiscover=False,
         topic_partitions=settings.workload_partitions,
         topic_replication_factor=1,
         # At-least-once plus idempotent effects: Faust's exactly_once is unreliable
@@ -73,14 +72,18 @@ class Topics:
     """The contract's topics as Faust topic objects of one app, declared in one place."""
 
     def __init__(self, app: faust.App, settings: Settings) -> None:
-        raw = {"key_type": str, "key_serializer": "raw", "value_serializer": "raw"}
+        # internal=True: the worker creates these topics, with these partition counts, when
+        # they do not exist yet (Faust only declares topics it considers its own).
+        raw = {"key_type": str, "key_serializer": "raw", "value_serializer": "raw",
+               "internal": True}
         # Inputs are read as raw bytes: the stage validates them itself so that bad input
         # becomes a dead letter with its original bytes rather than a crashed agent.
         self.workloads = app.topic(names.WORKLOADS, partitions=settings.workload_partitions, **raw)
         self.outcomes = app.topic(names.OUTCOMES, partitions=settings.workload_partitions, **raw)
         self.metrics = app.topic(names.METRICS, partitions=settings.metric_partitions, **raw)
         self.heartbeats = app.topic(names.HEARTBEATS, partitions=settings.metric_partitions, **raw)
-        self.results = app.topic(names.RESULTS, partitions=settings.workload_partitions, **raw)
+        # Internal: re-route requests for in-flight work whose device class died.
+        self.reroutes = app.topic(names.REROUTES, partitions=settings.workload_partitions, **raw)
         self.deadletter = app.topic(names.DEADLETTER, partitions=1, **raw)
         self._routes: dict[str, faust.TopicT] = {}
         self._app = app
@@ -93,7 +96,7 @@ class Topics:
             topic = self._app.topic(
                 names.route_topic(device_class),
                 partitions=self._settings.route_partitions,
-                key_type=str, key_serializer="raw", value_serializer="raw",
+                key_type=str, key_serializer="raw", value_serializer="raw", internal=True,
             )
             self._routes[device_class] = topic
         return topic
@@ -104,6 +107,32 @@ app = create_app(settings)
 topics = Topics(app, settings)
 
 
+STAGES = ("agents.registry", "agents.window", "agents.learn", "agents.decide",
+          "agents.complete", "app.web")
+
+
+def load_stages() -> None:
+    """Import every stage module, registering its agents, timers, tables and views."""
+    import importlib
+
+    for module in STAGES:
+        importlib.import_module(module)
+
+
+def ensure_contract_topics() -> None:
+    """Create the contract's topics the worker writes but does not read (dead letters) and
+    all others, with their partition counts, before Faust starts."""
+    import asyncio
+    import sys
+
+    from app.admin import contract_topics, ensure_topics
+
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        asyncio.run(ensure_topics(settings, contract_topics(settings)))
+
+
 def main() -> None:
     """Entry point of ``python -m app``: Faust's own command line."""
+    load_stages()
+    ensure_contract_topics()
     app.main()

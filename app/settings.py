@@ -44,6 +44,10 @@ class Settings(BaseSettings):
 
     # --- The Faust worker ----------------------------------------------------------------------
     app_id: str = Field(default="switchyard", description="Faust app id (consumer group prefix).")
+    topic_namespace: str = Field(
+        default="", description="Prefix of every topic name (read by app.topics at import); "
+        "empty gives the contract's names.",
+    )
     store: str = Field(default="rocksdb://", description="Table store: rocksdb:// or memory://.")
     data_dir: Path = Field(default=Path("data"), description="Worker state (RocksDB tables).")
     web_port: int = Field(default=6066, ge=1, le=65535)
@@ -64,6 +68,9 @@ class Settings(BaseSettings):
         default=None, description="Device class used by the `static` policy (None: the first seen)."
     )
     seed: int = Field(default=0, description="Seed of the deciders' random generator.")
+    oracle_profile: Path | None = Field(
+        default=None, description="True costs for the `oracle` policy (benchmarks only)."
+    )
     # A device is dead after missing this long of heartbeats: three periods tolerate one lost
     # heartbeat and a GC pause without flapping.
     heartbeat_interval_s: float = Field(default=1.0, gt=0)

@@ -7,18 +7,25 @@ one partition, so the window and learn stages own a class's state without a repa
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 
-WORKLOADS = "switchyard.workloads"
-ROUTES_PREFIX = "switchyard.routes."
-METRICS = "switchyard.metrics"
-HEARTBEATS = "switchyard.heartbeats"
-RESULTS = "switchyard.results"
-DEADLETTER = "switchyard.deadletter"
+# An optional namespace put before every name (empty by default, so the names are exactly the
+# contract's). It lets several independent deployments — or test sessions — share one cluster.
+NAMESPACE = os.environ.get("SWITCHYARD_TOPIC_NAMESPACE", "")
+
+WORKLOADS = f"{NAMESPACE}switchyard.workloads"
+ROUTES_PREFIX = f"{NAMESPACE}switchyard.routes."
+METRICS = f"{NAMESPACE}switchyard.metrics"
+HEARTBEATS = f"{NAMESPACE}switchyard.heartbeats"
+RESULTS = f"{NAMESPACE}switchyard.results"
+DEADLETTER = f"{NAMESPACE}switchyard.deadletter"
 # Internal: executors' raw outcomes, keyed by workload id. The worker turns the first outcome of
 # each workload into its one record on switchyard.results and drops later duplicates.
-OUTCOMES = "switchyard.outcomes"
+OUTCOMES = f"{NAMESPACE}switchyard.outcomes"
+# Internal: requests to route a workload again after its device class died.
+REROUTES = f"{NAMESPACE}switchyard.reroutes"
 
 _CLASS_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 

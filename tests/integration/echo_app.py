@@ -10,7 +10,7 @@ from app.main import create_app
 from app.settings import Settings
 
 settings = Settings()
-app = create_app(settings, app_id=os.environ["ECHO_APP_ID"], autodiscover=False)
+app = create_app(settings, app_id=os.environ["ECHO_APP_ID"])
 source = app.topic(os.environ["ECHO_IN"], key_type=str, key_serializer="raw",
                    value_serializer="raw", partitions=1)
 sink = app.topic(os.environ["ECHO_OUT"], key_type=str, key_serializer="raw",

@@ -1,0 +1,74 @@
+"""complete: executors' outcomes → exactly one result per workload on switchyard.results.
+
+The completion table's changelog is the results topic, so writing ``completed[id]`` is the
+publication itself; a later outcome for the same id (a redelivered route, a re-routed
+workload whose first device was only slow) is a duplicate and is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from app import observability
+from app.main import app, topics
+from app.records import ResultRecord
+from app.streaming import dead_letter, now_ms
+from app.tables import backlog, completed, decisions, inflight
+
+logger = logging.getLogger(__name__)
+REQUIRED = ("id", "status", "device_id", "device_class", "variant", "latency_ms", "queue_ms")
+
+
+def parse_outcome(raw: bytes) -> ResultRecord:
+    """Decode an executor's outcome; ValueError with the reason when it is malformed."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"outcome is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("outcome is not a JSON object")
+    missing = [name for name in REQUIRED if name not in data]
+    if missing:
+        raise ValueError(f"outcome lacks {', '.join(missing)}")
+    if data["status"] not in ("ok", "error"):
+        raise ValueError(f"outcome status {data['status']!r} is not ok|error")
+    try:
+        return ResultRecord.from_data(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed outcome: {exc}") from None
+
+
+@app.agent(topics.outcomes, concurrency=1)
+async def complete(stream):  # type: ignore[no-untyped-def]
+    """Publish the first outcome of each workload as its result; close its in-flight entry."""
+    async for event in stream.events():
+        try:
+            outcome = parse_outcome(event.value)
+        except ValueError as exc:
+            await dead_letter("complete", event, str(exc))
+            continue
+        if outcome.id.encode() in completed:
+            observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
+            continue
+        entry = inflight.get(outcome.id)
+        if entry:
+            outcome.submitted_at_ms = outcome.submitted_at_ms or entry["workload"].get(
+                "submitted_at_ms")
+        completed[outcome.id.encode()] = outcome  # the changelog write *is* the result on the topic
+        observability.inc("switchyard_results_total", device_class=outcome.device_class,
+                          status=outcome.status)
+        if not entry:
+            continue
+        del inflight[outcome.id]
+        key = f"{entry['device_class']}#{entry.get('partition', event.message.partition)}"
+        held = backlog.get(key) or {"ms": 0.0, "count": 0}
+        backlog[key] = {"ms": max(0.0, float(held["ms"]) - float(entry.get("predicted_ms", 0))),
+                        "count": max(0, int(held["count"]) - 1)}
+        slot = entry.get("slot")
+        if slot:
+            recent = decisions.get(slot)
+            if recent and recent.get("id") == outcome.id:
+                decisions[slot] = {**recent, "measured_ms": outcome.latency_ms,
+                                   "queue_ms": outcome.queue_ms, "status": outcome.status,
+                                   "device_id": outcome.device_id, "completed_at_ms": now_ms()}

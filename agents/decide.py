@@ -1,0 +1,231 @@
+"""decide: workloads → one routing decision each, on switchyard.routes.<device class>.
+
+Every workload is decided once: a workload id already in flight or completed is a duplicate
+delivery and is dropped (counted). Decisions use the cost models of every class (a global
+table), the live devices (registry) and the backlog of routed, unfinished work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import numpy as np
+
+from app import observability
+from app.main import app, settings, topics
+from app.records import RouteRecord
+from app.streaming import dead_letter, event_context, now_ms
+from app.tables import backlog, completed, decisions, history, inflight, models
+from models.costmodel import CostModel
+from models.history import HistoryModel
+from models.ops import SpecError
+from models.policy import Decision, make_policy
+from models.registry import candidates_for, live_classes
+from models.workload import Workload, WorkloadLimits, decode_json_bounded, parse_workload
+
+logger = logging.getLogger(__name__)
+
+LIMITS = WorkloadLimits(
+    max_elements=settings.max_elements,
+    max_inline_elements=settings.max_inline_elements,
+    max_message_bytes=settings.max_message_bytes,
+    max_depth=settings.max_json_depth,
+)
+DECISION_RING = 200  # recent decisions kept per partition for /api/decisions
+
+
+def _policy_options() -> dict[str, Any]:
+    if settings.policy == "static":
+        return {"device_class": settings.static_class}
+    if settings.policy == "oracle":
+        from models.oracle import load_true_costs  # only the benchmark's oracle runs need it
+
+        return {"true_ms": load_true_costs(settings.oracle_profile)}
+    return {}
+
+
+policy = make_policy(settings.policy, **_policy_options())
+rng = np.random.default_rng(settings.seed)
+_model_cache: dict[str, tuple[int, CostModel]] = {}
+_declared_classes: set[str] = set()
+
+
+def cost_model(device_class: str) -> CostModel:
+    """The class's cost model from the global table, deserialised once per version."""
+    stored = models.get(device_class)
+    if not stored:
+        cached = _model_cache.get(device_class)
+        if cached is None or cached[0] != -1:
+            cached = (-1, CostModel.for_class(device_class))
+            _model_cache[device_class] = cached
+        return cached[1]
+    version = int(stored.get("version", 0))
+    cached = _model_cache.get(device_class)
+    if cached is None or cached[0] != version:
+        cached = (version, CostModel.from_dict(stored))
+        _model_cache[device_class] = cached
+    return cached[1]
+
+
+def history_model(device_classes: list[str]) -> HistoryModel:
+    """The StarPU-style history of the given classes (the dmda baseline reads it)."""
+    merged = HistoryModel()
+    for device_class in device_classes:
+        stored = history.get(device_class)
+        if stored:
+            merged.merge(HistoryModel.from_dict(stored))
+    return merged
+
+
+def class_backlog_ms(device_class: str) -> float:
+    """Predicted ms of routed, unfinished work of a class, over this worker's partitions."""
+    total = 0.0
+    for partition in range(settings.workload_partitions):
+        entry = backlog.get(f"{device_class}#{partition}")
+        if entry:
+            total += float(entry.get("ms", 0.0))
+    return max(total, 0.0)
+
+
+def add_backlog(device_class: str, partition: int, ms: float, count: int) -> None:
+    """Add (or with negative numbers, remove) work from a class's backlog."""
+    key = f"{device_class}#{partition}"
+    entry = backlog.get(key) or {"ms": 0.0, "count": 0}
+    backlog[key] = {"ms": max(0.0, float(entry["ms"]) + ms),
+                    "count": max(0, int(entry["count"]) + count)}
+
+
+def record_decision(partition: int, entry: dict[str, Any]) -> str:
+    """Put a decision in the partition's ring of recent decisions; return its slot key."""
+    cursor_key = f"{partition}:cursor"
+    cursor = int((decisions.get(cursor_key) or {"next": 0})["next"])
+    decisions[cursor_key] = {"next": (cursor + 1) % DECISION_RING}
+    slot = f"{partition}:{cursor:03d}"
+    decisions[slot] = entry
+    return slot
+
+
+async def route(workload: Workload, partition: int, attempt: int = 1) -> Decision | None:
+    """Decide where ``workload`` runs and emit its route; None when no class can run it."""
+    classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
+    wait = {c: class_backlog_ms(c) for c in classes}
+    candidates = candidates_for(workload, classes, wait)
+    if not candidates:
+        return None
+    names = sorted({c.device_class for c in candidates})
+    decision = policy.decide(
+        workload, candidates, {c: cost_model(c) for c in names},
+        history_model(names) if policy.name == "dmda" else None, rng,
+    )
+    decided_at = now_ms()
+    record = RouteRecord(
+        id=workload.id,
+        workload=dict(workload.raw),
+        device_class=decision.device_class,
+        variant=decision.variant.to_dict(),
+        predicted_ms=float(decision.predicted_ms),
+        predicted_std_ms=float(decision.predicted_std_ms),
+        predicted_energy_j=decision.predicted_energy_j,
+        reason=decision.reason,
+        model_version=int(decision.model_version),
+        decided_at_ms=decided_at,
+        policy=policy.name,
+        expected_wait_ms=float(decision.expected_wait_ms),
+        meets_deadline=bool(decision.meets_deadline),
+        attempt=attempt,
+    )
+    topic = topics.route(decision.device_class)
+    if decision.device_class not in _declared_classes:
+        await topic.maybe_declare()  # a class's route topic is created when it first appears
+        _declared_classes.add(decision.device_class)
+    await topic.send(key=workload.id, value=record.dumps())
+    slot = record_decision(partition, {
+        "id": workload.id, "device_class": decision.device_class,
+        "variant": record.variant, "predicted_ms": record.predicted_ms,
+        "predicted_std_ms": record.predicted_std_ms, "reason": record.reason,
+        "policy": policy.name, "decided_at_ms": decided_at, "attempt": attempt,
+        "meets_deadline": record.meets_deadline, "measured_ms": None, "status": None,
+    })
+    inflight[workload.id] = {
+        "device_class": decision.device_class, "variant": record.variant,
+        "predicted_ms": record.predicted_ms, "decided_at_ms": decided_at, "attempt": attempt,
+        "partition": partition, "slot": slot, "workload": dict(workload.raw),
+    }
+    add_backlog(decision.device_class, partition, record.predicted_ms, 1)
+    observability.inc("switchyard_decisions_total", device_class=decision.device_class,
+                      policy=policy.name, reason=decision.reason)
+    return decision
+
+
+async def wait_for_devices() -> None:
+    """Hold the stream while no device is live at all: the work waits rather than being
+    rejected (at start-up the registry may not have read a heartbeat yet)."""
+    waited = 0.0
+    while not live_classes(devices_values(), now_ms(), settings.device_timeout_s):
+        if waited % 30 == 0:
+            logger.warning("no live device; holding the workload stream until one appears")
+        await asyncio.sleep(0.5)
+        waited += 0.5
+
+
+def devices_values() -> list[dict[str, Any]]:
+    """Every device record in the registry's global table."""
+    from app.tables import devices
+
+    return [d for d in devices.values() if d]
+
+
+@app.agent(topics.workloads, concurrency=1)
+async def decide(stream):  # type: ignore[no-untyped-def]
+    """One decision per workload; bad input is dead-lettered and the stream goes on."""
+    async for event in stream.events():
+        try:
+            workload = parse_workload(
+                decode_json_bounded(event.value, LIMITS.max_message_bytes, LIMITS.max_depth),
+                LIMITS,
+            )
+        except SpecError as exc:
+            await dead_letter("decide", event, str(exc))
+            continue
+        if workload.id.encode() in completed or inflight.get(workload.id):
+            observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
+            continue
+        await wait_for_devices()
+        with event_context(event):
+            decision = await route(workload, event.message.partition)
+        if decision is None:
+            await dead_letter("decide", event, "no live device class can run this workload "
+                              f"({workload.op.kind} in {', '.join(workload.precisions)})")
+
+
+@app.agent(topics.reroutes, concurrency=1)
+async def reroute(stream):  # type: ignore[no-untyped-def]
+    """Route again the in-flight workloads whose class died (requested by the registry)."""
+    async for event in stream.events():
+        try:
+            request = json.loads(event.value)
+            workload_id, attempt = str(request["id"]), int(request["attempt"])
+        except (ValueError, KeyError, TypeError) as exc:
+            await dead_letter("reroute", event, f"malformed re-route request: {exc}")
+            continue
+        entry = inflight.get(workload_id)
+        if not entry or int(entry.get("attempt", 1)) != attempt or workload_id.encode() in completed:
+            continue  # already completed or already routed again
+        try:
+            workload = parse_workload(entry["workload"], LIMITS)
+        except SpecError as exc:  # accepted once, so this would be a bug: keep the evidence
+            await dead_letter("reroute", event, f"stored workload no longer valid: {exc}")
+            continue
+        with event_context(event):
+            decision = await route(workload, int(entry.get("partition", 0)), attempt + 1)
+            if decision is not None:
+                add_backlog(entry["device_class"], int(entry.get("partition", 0)),
+                            -float(entry.get("predicted_ms", 0.0)), -1)
+        if decision is not None:
+            observability.inc("switchyard_reroutes_total", from_class=entry["device_class"],
+                              to_class=decision.device_class)
+            logger.info("re-routed %s from %s to %s (attempt %d)", workload_id,
+                        entry["device_class"], decision.device_class, attempt + 1)

@@ -1,0 +1,101 @@
+"""learn: execution metrics → each device class's cost model (and the dmda history), in batches.
+
+Metrics of one class share a partition (see app.topics), so this stage owns a class's model
+without a repartition hop. A batch is folded in with one model update per class and one table
+write per class: per-event table writes are what limits a Faust agent's throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from typing import Any
+
+from app import observability
+from app.main import app, settings, topics
+from app.records import MetricRecord
+from app.streaming import dead_letter, event_context
+from app.tables import history, models
+from models.costmodel import CostModel, Row
+from models.history import HistoryModel
+from models.ops import SpecError, Variant, parse_op
+
+logger = logging.getLogger(__name__)
+REQUIRED = ("workload_id", "device_id", "device_class", "op", "variant", "status", "exec_ms")
+
+
+def parse_metric(raw: bytes) -> MetricRecord:
+    """Decode and check a metric; ValueError with the reason when it is not one."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"metric is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("metric is not a JSON object")
+    missing = [name for name in REQUIRED if name not in data]
+    if missing:
+        raise ValueError(f"metric lacks {', '.join(missing)}")
+    try:
+        metric = MetricRecord.from_data(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed metric: {exc}") from None
+    if not isinstance(metric.exec_ms, int | float) or not metric.exec_ms >= 0:
+        raise ValueError(f"metric exec_ms {metric.exec_ms!r} is not a non-negative number")
+    return metric
+
+
+def metric_row(metric: MetricRecord) -> Row:
+    """The (op, variant, exec ms, energy J) row a cost model learns from."""
+    op = parse_op(metric.op)
+    variant = Variant.from_dict(metric.variant)
+    energy = metric.energy_j if isinstance(metric.energy_j, int | float) else None
+    return op, variant, float(metric.exec_ms), energy
+
+
+async def parsed_batch(stage: str, batch: list[Any], report: bool = True,
+                       ) -> list[tuple[Any, MetricRecord]]:
+    """The batch's well-formed metrics with their events; the rest are dead-lettered once
+    (by the stage that ``report``s, so a bad metric is not rejected twice)."""
+    out = []
+    for event in batch:
+        try:
+            out.append((event, parse_metric(event.value)))
+        except ValueError as exc:
+            if report:
+                await dead_letter(stage, event, str(exc))
+    return out
+
+
+@app.agent(topics.metrics, concurrency=1)
+async def learn(stream):  # type: ignore[no-untyped-def]
+    """Fold each batch of successful executions into its class's model and history."""
+    async for batch in stream.take_events(settings.metric_batch_size,
+                                          within=settings.metric_batch_within_s):
+        rows: dict[str, list[Row]] = defaultdict(list)
+        last_event: dict[str, Any] = {}
+        for event, metric in await parsed_batch("learn", batch):
+            if metric.status != "ok":
+                continue  # a failed run says nothing about how long the op takes
+            try:
+                rows[metric.device_class].append(metric_row(metric))
+            except (SpecError, ValueError, TypeError, KeyError) as exc:
+                await dead_letter("learn", event, f"metric op or variant invalid: {exc}")
+                continue
+            last_event[metric.device_class] = event
+        for device_class, class_rows in rows.items():
+            stored = models.get(device_class)
+            model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
+            model.learn_many(class_rows)
+            stored_history = history.get(device_class)
+            hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
+            hist.observe_many(device_class, class_rows)
+            with event_context(last_event[device_class]):
+                models[device_class] = model.to_dict()
+                history[device_class] = hist.to_dict()
+            observability.inc("switchyard_metrics_learned_total", len(class_rows),
+                              device_class=device_class)
+            error = model.error_summary().get("median")
+            if isinstance(error, int | float):
+                observability.set_gauge("switchyard_model_error_ratio", float(error),
+                                        device_class=device_class)

@@ -1,0 +1,97 @@
+"""registry: heartbeats → the devices table; the re-route timer for classes that died."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from app import observability
+from app.main import app, settings, topics
+from app.records import HeartbeatRecord
+from app.streaming import dead_letter, event_context, now_ms
+from app.tables import devices, inflight
+from models.registry import live_classes
+
+logger = logging.getLogger(__name__)
+HEARTBEAT_BATCH = 200
+
+
+def parse_heartbeat(raw: bytes) -> HeartbeatRecord:
+    """Decode and check a heartbeat; ValueError with the reason when it is not one."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"heartbeat is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("heartbeat is not a JSON object")
+    for name in ("device_id", "device_class", "runtime", "device", "capabilities"):
+        if name not in data:
+            raise ValueError(f"heartbeat lacks {name!r}")
+    if not isinstance(data["capabilities"], list):
+        raise ValueError("heartbeat capabilities must be a list")
+    try:
+        return HeartbeatRecord.from_data(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed heartbeat: {exc}") from None
+
+
+@app.agent(topics.heartbeats, concurrency=1)
+async def registry(stream):  # type: ignore[no-untyped-def]
+    """Keep each device's last heartbeat; only the newest per device in a batch is written."""
+    async for batch in stream.take_events(HEARTBEAT_BATCH, within=0.2):
+        newest = {}
+        for event in batch:
+            try:
+                heartbeat = parse_heartbeat(event.value)
+            except ValueError as exc:
+                await dead_letter("registry", event, str(exc))
+                continue
+            newest[heartbeat.device_id] = (event, heartbeat)
+        seen = now_ms()
+        for device_id, (event, heartbeat) in newest.items():
+            with event_context(event):
+                devices[device_id] = {**heartbeat.asdict(), "last_seen_ms": seen}
+
+
+def live_view() -> dict:
+    """The live classes now, from the devices table."""
+    return live_classes(devices.values(), now_ms(), settings.device_timeout_s)
+
+
+_last_reroute_sent: dict[str, float] = {}
+
+
+@app.timer(interval=settings.reroute_check_s)
+async def reroute_dead_classes() -> None:
+    """Ask for a new decision for in-flight work whose class has no live device.
+
+    The request goes through the internal reroutes topic, keyed by workload id, so the new
+    decision is made (and the in-flight table written) by the stage owning that workload.
+    """
+    classes = live_view()
+    for device_class, view in classes.items():
+        observability.set_gauge("switchyard_live_devices", view.live_instances,
+                                device_class=device_class)
+    if not classes:
+        return  # nowhere to go; the work waits for a device to come back
+    grace_ms = settings.device_timeout_s * 1000.0
+    now = now_ms()
+    sent = 0
+    for workload_id, entry in list(inflight.items()):
+        if not entry or entry.get("device_class") in classes:
+            continue
+        if now - float(entry.get("decided_at_ms", now)) < grace_ms:
+            continue  # routed moments ago: its class may not have sent a heartbeat yet
+        attempt = int(entry.get("attempt", 1))
+        if time.monotonic() - _last_reroute_sent.get(f"{workload_id}#{attempt}", -1e9) < 10.0:
+            continue
+        _last_reroute_sent[f"{workload_id}#{attempt}"] = time.monotonic()
+        await topics.reroutes.send(key=workload_id, value=json.dumps(
+            {"id": workload_id, "attempt": attempt, "from_class": entry.get("device_class")}
+        ).encode())
+        sent += 1
+    if sent:
+        logger.warning("asked to re-route %d in-flight workloads of dead classes", sent)
+    if len(_last_reroute_sent) > 100_000:
+        _last_reroute_sent.clear()

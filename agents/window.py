@@ -1,0 +1,86 @@
+"""window: execution metrics → tumbling and hopping windows per (device class, op kind).
+
+Each batch is aggregated per key in NumPy and merged into each window once. Expired windows
+are deleted by Faust's sweeper while the worker runs; windows left in RocksDB by an earlier run
+are not known to that sweeper after a restart (faust-streaming issue 385), so this stage sweeps
+them itself from the stored keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+from agents.learn import parsed_batch
+from app.main import app, settings, topics
+from app.streaming import event_context
+from app.tables import hopping, tumbling
+from models.sketch import WindowStats
+
+logger = logging.getLogger(__name__)
+SWEEP_EVERY_S = 10.0
+
+
+def merge_stats(stored: dict[str, Any] | None, batch: dict[str, Any]) -> dict[str, Any]:
+    """Window operator: fold a batch's statistics into the window's (None: empty window)."""
+    if not stored:
+        return batch
+    merged = WindowStats.from_dict(stored)
+    merged.merge(WindowStats.from_dict(batch))
+    return merged.to_dict()
+
+
+def expired_keys(keys: list[Any], now_s: float, expires_s: float) -> list[Any]:
+    """Stored window keys ``(key, (start, end))`` whose window ended over ``expires_s`` ago."""
+    out = []
+    for stored in keys:
+        try:
+            _, (_, end) = stored
+        except (TypeError, ValueError):
+            continue
+        if float(end) + expires_s < now_s:
+            out.append(stored)
+    return out
+
+
+def sweep_expired(event: Any) -> int:
+    """Delete expired windows of both tables from this worker's store; return how many."""
+    removed = 0
+    for wrapper in (tumbling, hopping):
+        table = wrapper.table
+        stale = expired_keys(list(table.keys()), time.time(), settings.window_expires_s)
+        with event_context(event):
+            for key in stale:
+                del table[key]
+        removed += len(stale)
+    return removed
+
+
+@app.agent(topics.metrics, concurrency=1)
+async def window(stream):  # type: ignore[no-untyped-def]
+    """Aggregate each batch per (class, op kind) and merge it into the current windows."""
+    last_sweep = 0.0
+    async for batch in stream.take_events(settings.metric_batch_size,
+                                          within=settings.metric_batch_within_s):
+        grouped: dict[str, list[Any]] = defaultdict(list)
+        for event, metric in await parsed_batch("window", batch, report=False):
+            kind = metric.op.get("kind") if isinstance(metric.op, dict) else None
+            grouped[f"{metric.device_class}|{kind}"].append((event, metric))
+        for key, members in grouped.items():
+            stats = WindowStats()
+            stats.add_batch(
+                [float(m.exec_ms) for _, m in members],
+                errors=[m.status != "ok" for _, m in members],
+                energies=[m.energy_j for _, m in members],
+            )
+            value = stats.to_dict()
+            with event_context(members[-1][0]):
+                tumbling[key].apply(merge_stats, value)
+                hopping[key].apply(merge_stats, value)
+        if batch and time.monotonic() - last_sweep > SWEEP_EVERY_S:
+            last_sweep = time.monotonic()
+            removed = sweep_expired(batch[-1])
+            if removed:
+                logger.info("swept %d expired windows", removed)

@@ -1,0 +1,46 @@
+"""Deliberate topic creation: the broker may refuse to auto-create, and an auto-created topic
+would get the broker's default partition count rather than the one the contract needs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+async def ensure_topics(settings: Settings, partitions: Mapping[str, int]) -> None:
+    """Create each missing topic with its partition count (existing topics are left alone)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker, **settings.kafka_client_kwargs())
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [NewTopic(name, count, 1) for name, count in partitions.items()
+                   if name not in existing]
+        if missing:
+            try:
+                await admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass  # created meanwhile by another process: fine
+            logger.info("created topics %s", ", ".join(t.name for t in missing))
+    finally:
+        await admin.close()
+
+
+def contract_topics(settings: Settings) -> dict[str, int]:
+    """Every fixed topic of the contract with its partition count."""
+    from app import topics
+
+    return {
+        topics.WORKLOADS: settings.workload_partitions,
+        topics.OUTCOMES: settings.workload_partitions,
+        topics.REROUTES: settings.workload_partitions,
+        topics.METRICS: settings.metric_partitions,
+        topics.HEARTBEATS: settings.metric_partitions,
+        topics.DEADLETTER: 1,
+    }

@@ -1,0 +1,71 @@
+"""The worker's state: Faust tables on the RocksDB store, each backed by a changelog topic.
+
+| table | key | value | who writes | partitioning |
+|---|---|---|---|---|
+| completed | workload id (bytes) | its one result (changelog = switchyard.results) | complete | by workload id |
+| inflight | workload id | routed, unfinished work | decide, complete | by workload id |
+| backlog | "<class>#<partition>" | predicted ms and count routed, unfinished | decide, complete | by workload id |
+| decisions | "<partition>:<slot>" | a ring of recent decisions, measured time filled in | decide, complete | by workload id |
+| devices (global) | device id | last heartbeat and when it was seen | registry | by device class |
+| models (global) | device class | the class's cost model | learn | by device class |
+| history (global) | device class | StarPU-style history (the dmda baseline) | learn | by device class |
+| tumbling, hopping | "<class>|<op kind>" | window statistics | window | by device class |
+
+Global tables are read by every worker, so any decider sees every class's model and devices.
+Writes happen inside stream iteration, so each change lands in the changelog partition of the
+event that caused it: state stays co-partitioned with its source and moves with it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from app.main import app, settings
+from app.records import ResultRecord
+from app.topics import RESULTS
+
+completed = app.Table(
+    "completed",
+    # bytes keys are written raw: the results topic's keys are the plain UTF-8 workload ids.
+    key_type=bytes,
+    value_type=ResultRecord,
+    partitions=settings.workload_partitions,
+    # The completion table's changelog *is* the contract's results topic: setting a key and
+    # publishing the one result are the same write, and recovery rebuilds the set of completed
+    # workloads from what consumers saw. That is what makes results exactly-once visible.
+    changelog_topic=app.topic(
+        RESULTS,
+        key_type=bytes,
+        value_type=ResultRecord,
+        key_serializer="raw",
+        value_serializer="json",
+        partitions=settings.workload_partitions,
+        compacting=True,
+        deleting=True,
+        retention=timedelta(days=7),
+    ),
+)
+
+inflight = app.Table("inflight", key_type=str, default=None,
+                     partitions=settings.workload_partitions)
+backlog = app.Table("backlog", key_type=str, default=None,
+                    partitions=settings.workload_partitions)
+decisions = app.Table("decisions", key_type=str, default=None,
+                      partitions=settings.workload_partitions)
+
+devices = app.GlobalTable("devices", key_type=str, default=None,
+                          partitions=settings.metric_partitions)
+models = app.GlobalTable("models", key_type=str, default=None,
+                         partitions=settings.metric_partitions)
+history = app.GlobalTable("history", key_type=str, default=None,
+                          partitions=settings.metric_partitions)
+
+tumbling = app.Table(
+    "window_tumbling", key_type=str, default=dict,
+    partitions=settings.metric_partitions,
+).tumbling(settings.tumbling_window_s, expires=timedelta(seconds=settings.window_expires_s))
+hopping = app.Table(
+    "window_hopping", key_type=str, default=dict,
+    partitions=settings.metric_partitions,
+).hopping(settings.hopping_window_s, settings.hopping_step_s,
+          expires=timedelta(seconds=settings.window_expires_s))

@@ -1,0 +1,86 @@
+"""Device liveness and routing candidates, from the registry's device records (pure logic).
+
+A device record is the executor's last heartbeat (see ``app.records.HeartbeatRecord``) plus
+``last_seen_ms``, the time the registry received it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.ops import Variant
+from models.decision import Candidate
+from models.workload import Workload
+
+
+@dataclass(frozen=True)
+class ClassView:
+    """What the live devices of one class offer right now."""
+
+    device_class: str
+    live_instances: int
+    capabilities: frozenset[tuple[str, str, str]] = field(default_factory=frozenset)
+    queue_depth: int = 0
+    simulated: bool = False
+    device_ids: tuple[str, ...] = ()
+
+
+def device_is_live(device: Mapping[str, Any], now_ms: float, timeout_s: float) -> bool:
+    """A device is live while its last heartbeat is younger than ``timeout_s`` and it has not
+    announced that it is stopping."""
+    if device.get("state") == "stopping":
+        return False
+    last_seen = device.get("last_seen_ms")
+    if not isinstance(last_seen, int | float):
+        return False
+    return (now_ms - float(last_seen)) < timeout_s * 1000.0
+
+
+def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
+                 timeout_s: float) -> dict[str, ClassView]:
+    """Group the live devices by class; a class whose devices are all dead is absent."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for device in devices:
+        if device and device_is_live(device, now_ms, timeout_s):
+            grouped.setdefault(str(device["device_class"]), []).append(device)
+    views = {}
+    for device_class, members in grouped.items():
+        capabilities: set[tuple[str, str, str]] = set()
+        for member in members:
+            for cap in member.get("capabilities") or ():
+                if isinstance(cap, list | tuple) and len(cap) == 3:
+                    capabilities.add((str(cap[0]), str(cap[1]), str(cap[2])))
+        views[device_class] = ClassView(
+            device_class=device_class,
+            live_instances=len(members),
+            capabilities=frozenset(capabilities),
+            queue_depth=sum(int(m.get("queue_depth") or 0) for m in members),
+            simulated=any(bool(m.get("simulated")) for m in members),
+            device_ids=tuple(sorted(str(m.get("device_id")) for m in members)),
+        )
+    return views
+
+
+def candidates_for(workload: Workload, classes: Mapping[str, ClassView],
+                   backlog_ms: Mapping[str, float]) -> list[Candidate]:
+    """Every (live class, variant) that can run the workload within its allowed precisions.
+
+    A variant is offered only when the class declared the capability (op kind, precision,
+    mode): runtimes refuse what they cannot do rather than substitute.
+    """
+    kind = workload.op.kind
+    out = []
+    for device_class in sorted(classes):
+        view = classes[device_class]
+        for precision in workload.precisions:
+            for cap_kind, cap_precision, mode in sorted(view.capabilities):
+                if cap_kind == kind and cap_precision == precision:
+                    out.append(Candidate(
+                        device_class=device_class,
+                        variant=Variant(precision=precision, mode=mode),
+                        live_instances=view.live_instances,
+                        backlog_ms=float(backlog_ms.get(device_class, 0.0)),
+                    ))
+    return out

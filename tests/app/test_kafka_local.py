@@ -1,0 +1,62 @@
+"""The local broker manager's logic (the real start/stop is in tests/integration)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app import kafka_local
+from app.kafka_local import BrokerPaths, KafkaError
+
+
+def test_pinned_version_is_kafka_4():
+    assert kafka_local.kafka_version().startswith("4.")
+
+
+def test_server_properties_single_node_kraft(tmp_path):
+    text = kafka_local.server_properties(9092, 9093, BrokerPaths(tmp_path))
+    props = dict(line.split("=", 1) for line in text.splitlines() if line)
+    assert props["process.roles"] == "broker,controller"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["offsets.topic.replication.factor"] == "1"
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert props["log.dirs"] == str(tmp_path / "kraft")
+
+
+def test_read_pid_ignores_missing_stale_and_foreign_pids(tmp_path):
+    paths = BrokerPaths(tmp_path)
+    assert kafka_local.read_pid(paths) is None
+    paths.pid_file.write_text("not a pid")
+    assert kafka_local.read_pid(paths) is None
+    paths.pid_file.write_text("999999999")
+    assert kafka_local.read_pid(paths) is None
+    paths.pid_file.write_text(str(os.getpid()))  # alive, but it is not a Kafka broker
+    assert kafka_local.read_pid(paths) is None
+
+
+def test_stop_without_a_broker_is_harmless(tmp_path, capsys):
+    assert kafka_local.stop(tmp_path) is False
+    assert "no Kafka broker" in capsys.readouterr().out
+    assert kafka_local.main_guard(kafka_local.stop, tmp_path, false_ok=True) == 0
+    assert kafka_local.main_guard(kafka_local.status, tmp_path) == 1
+
+
+def test_missing_java_is_a_clear_message_not_a_stack_trace(monkeypatch, capsys):
+    monkeypatch.setattr(kafka_local.shutil, "which", lambda name: None)
+    with pytest.raises(KafkaError) as info:
+        kafka_local._require_tools()
+    text = str(info.value)
+    assert "Java" in text and "JDK 17" in text and "docker compose" in text
+    monkeypatch.setattr(kafka_local, "broker_ready", lambda *a, **k: False)
+    assert kafka_local.main_guard(kafka_local.start, 19999, Path("/nonexistent-sy")) == 1
+    assert "switchyard kafka:" in capsys.readouterr().err
+
+
+def test_cli_help_lists_every_contract_command():
+    from app.cli import build_parser
+
+    text = build_parser().format_help()
+    for command in ("kafka", "worker", "executor", "submit", "demo", "bench", "profile"):
+        assert command in text

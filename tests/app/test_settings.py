@@ -1,0 +1,68 @@
+"""The settings object: environment prefix, validation, secrets that never print."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import Settings
+
+
+def test_defaults_are_local_and_safe():
+    s = Settings(_env_file=None)
+    assert s.broker == "127.0.0.1:9092"
+    assert s.web_bind == "127.0.0.1"
+    assert s.web_port == 6066
+    assert s.store == "rocksdb://"
+    assert s.web_debug_routes is False
+    assert s.policy == "switchyard"
+
+
+def test_environment_prefix(monkeypatch):
+    monkeypatch.setenv("SWITCHYARD_BROKER", "a:1,b:2")
+    monkeypatch.setenv("SWITCHYARD_POLICY", "jsq")
+    monkeypatch.setenv("SWITCHYARD_WEB_PORT", "7000")
+    s = Settings()
+    assert s.broker_url == "kafka://a:1;b:2"
+    assert s.policy == "jsq"
+    assert s.web_port == 7000
+
+
+@pytest.mark.parametrize("broker", ["nohost", "host:", ":9092", "host:port"])
+def test_bad_broker_is_rejected(monkeypatch, broker):
+    monkeypatch.setenv("SWITCHYARD_BROKER", broker)
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_unknown_policy_is_rejected(monkeypatch):
+    monkeypatch.setenv("SWITCHYARD_POLICY", "fastest")
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_sasl_settings_and_secrets_never_print(monkeypatch):
+    monkeypatch.setenv("SWITCHYARD_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("SWITCHYARD_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("SWITCHYARD_SASL_USERNAME", "router")
+    monkeypatch.setenv("SWITCHYARD_SASL_PASSWORD", "hunter2-secret")
+    s = Settings()
+    kwargs = s.kafka_client_kwargs()
+    assert kwargs["security_protocol"] == "SASL_PLAINTEXT"
+    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert kwargs["sasl_plain_username"] == "router"
+    assert kwargs["sasl_plain_password"] == "hunter2-secret"
+    assert "hunter2-secret" not in repr(s)
+    assert "hunter2-secret" not in str(s)
+    assert "hunter2-secret" not in str(s.public_view())
+    assert s.public_view()["sasl_password"] == "**********"
+
+
+def test_plaintext_needs_no_security_kwargs():
+    assert Settings().kafka_client_kwargs() == {"security_protocol": "PLAINTEXT"}
+
+
+def test_ssl_context_only_for_ssl_protocols(monkeypatch):
+    assert Settings().ssl_context() is None
+    monkeypatch.setenv("SWITCHYARD_SECURITY_PROTOCOL", "SSL")
+    assert Settings().ssl_context() is not None

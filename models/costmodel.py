@@ -38,6 +38,9 @@ __all__ = [
 
 # One learned row: (op, variant, measured exec ms, measured joules or None).
 Row = tuple[OpSpec, Variant, float, float | None]
+# 1 ns: what a zero reading (below perf_counter_ns resolution) is taken to mean; the models
+# work on log time, which a literal 0 would break.
+MIN_EXEC_MS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -88,14 +91,16 @@ class CostModelLike(Protocol):
 def validate_rows(rows: Iterable[Row]) -> list[Row]:
     """Check every row before any state changes (a batch is learned whole or not at all).
 
-    Raises ValueError for a non-positive or non-finite exec time; energy that is None,
-    non-finite or <= 0 is treated as not measured.
+    Raises ValueError for a negative or non-finite exec time. A time of exactly 0 is below the
+    clock's resolution and is read as `MIN_EXEC_MS`. Energy that is None, non-finite or <= 0
+    is treated as not measured.
     """
     out: list[Row] = []
     for i, (op, variant, exec_ms, energy_j) in enumerate(rows):
         exec_ms = float(exec_ms)
-        if not math.isfinite(exec_ms) or exec_ms <= 0.0:
-            raise ValueError(f"row {i}: exec_ms must be finite and > 0, got {exec_ms}")
+        if not math.isfinite(exec_ms) or exec_ms < 0.0:
+            raise ValueError(f"row {i}: exec_ms must be finite and >= 0, got {exec_ms}")
+        exec_ms = max(exec_ms, MIN_EXEC_MS)
         energy = None
         if energy_j is not None and math.isfinite(float(energy_j)) and float(energy_j) > 0.0:
             energy = float(energy_j)

@@ -99,6 +99,7 @@ class HistoryModel:
         self.max_entries = int(max_entries)
         # key -> [count, mean_ms, m2, size_bytes, energy_count, energy_mean_j]
         self.entries: dict[str, list[float]] = {}
+        self.version = 0  # increments on every change: lets readers cache a deserialised copy
         self._laws: dict[str, PowerLaw | None] = {}
 
     # -- learning --------------------------------------------------------------------------
@@ -127,6 +128,7 @@ class HistoryModel:
             entry[4] += 1
             entry[5] += (energy_j - entry[5]) / entry[4]
         self.entries[key] = entry
+        self.version += 1
         self._laws.pop(_group(key), None)
 
     def observe_many(self, device_class: str, rows: Iterable[Row]) -> None:
@@ -191,6 +193,7 @@ class HistoryModel:
         out = HistoryModel(self.calibrate_minimum, self.max_entries)
         prefix = f"{device_class}|"
         out.entries = {k: list(e) for k, e in self.entries.items() if k.startswith(prefix)}
+        out.version = self.version
         return out
 
     def merge(self, other: HistoryModel) -> None:
@@ -209,12 +212,14 @@ class HistoryModel:
             self.entries[key] = [n, mean, m2, mine[3], en, emean]
         while len(self.entries) > self.max_entries:
             del self.entries[next(iter(self.entries))]
+        self.version += other.version
         self._laws.clear()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "calibrate_minimum": self.calibrate_minimum,
             "max_entries": self.max_entries,
+            "version": self.version,
             "entries": {k: list(e) for k, e in self.entries.items()},
         }
 
@@ -222,6 +227,7 @@ class HistoryModel:
     def from_dict(cls, data: Mapping[str, Any]) -> HistoryModel:
         model = cls(int(data["calibrate_minimum"]), int(data["max_entries"]))
         model.entries = {str(k): [float(v) for v in e] for k, e in data["entries"].items()}
+        model.version = int(data.get("version", 0))
         return model
 
     def clone(self) -> HistoryModel:

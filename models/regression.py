@@ -10,9 +10,11 @@ statistics are pulled toward their prior values,
 
 so old evidence fades with memory ``~1/(1 - lam)`` rows, yet directions that are no longer
 excited relax to the prior instead of blowing up (the "wind-up" of plain exponential RLS).
-The update is linear in the statistics, so a batch of n rows is exactly n sequential updates:
-row i enters with weight ``lam**(n-1-i)`` and the prior with ``1 - lam**n``. The metric path
-can therefore learn in batches at NumPy speed.
+The update is linear in the statistics, so a batch of n rows is n sequential updates: row i
+enters with weight ``lam**(n-1-i)`` and the prior with ``1 - lam**n``. The metric path can
+therefore learn in batches at NumPy speed. (Only the robustness weights below depend on a
+prediction; inside a batch they use the prediction from the start of the row's chunk, so batch
+and sequential learning agree to within a few percent rather than exactly.)
 
 The noise variance is estimated from *innovations* (progressive residuals ``e`` standardised
 by their own predicted spread, ``e^2 / (1 + x' V x)``), which has the right expectation whether
@@ -41,6 +43,12 @@ MIN_NOISE_VAR = 1e-6
 # Cap on one row's squared standardised innovation in the noise estimate: a single outlier
 # (a GC pause, a page fault storm) may widen the noise by at most 25 rows' worth.
 MAX_Z2 = 25.0
+# Standardised residuals enter the drift statistic clipped to +-3, so one outlier (|z| >> 3)
+# moves the EWMA by at most 0.9 < threshold: a shift needs two or more rows to be believed.
+Z_CLIP = 3.0
+# Huber weight k/|z| for rows beyond k = 2.5 predictive stds: bounded influence of timing
+# spikes (contention, page faults) on the weights; ~1% of Gaussian rows are touched.
+HUBER_K = 2.5
 
 
 class BayesLinReg:
@@ -87,6 +95,7 @@ class BayesLinReg:
         # Prior precision relative to the prior noise variance (NIG convention).
         self._p0 = self.noise_std**2 / self.prior_std**2
         self._eta0 = self._p0 * self.prior_mean
+        self._p0_matrix = np.diag(self._p0)
         self.precision = np.diag(self._p0)
         self.eta = self._eta0.copy()
         self.innov_sum = self.noise_dof * self.noise_std**2  # decayed sum of e^2/(1+q)
@@ -149,14 +158,15 @@ class BayesLinReg:
         learning each row (mean and total predictive std), for progressive validation.
 
         Rows are predicted from the model as it stood at the start of their chunk (chunks
-        grow with the model's age, see `CHUNK_MIN`/`CHUNK_MAX`, and end at a drift event); the
-        learned weights equal sequential learning exactly, the noise estimate nearly.
+        grow with the model's age, see `CHUNK_MIN`/`CHUNK_MAX`, and end at a drift event).
+        Rows beyond `HUBER_K` predictive stds are down-weighted (Huber); the result equals
+        sequential learning exactly when no row is, and closely otherwise.
         """
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         y = np.atleast_1d(np.asarray(y, dtype=np.float64))
         if X.shape[0] != y.shape[0] or X.shape[1] != self.dim:
             raise ValueError(f"expected X (n, {self.dim}) and y (n,), got {X.shape}, {y.shape}")
-        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
+        if not (np.isfinite(X).all() and np.isfinite(y).all()):
             raise ValueError("features and targets must be finite")
         n = y.size
         mu_out, sd_out = np.empty(n), np.empty(n)
@@ -170,7 +180,8 @@ class BayesLinReg:
             z = resid / sd
             fired = -1
             for j, (zj, ej) in enumerate(zip(z.tolist(), resid.tolist(), strict=True)):
-                self.drift += self.drift_alpha * (zj - self.drift)
+                clipped = max(-Z_CLIP, min(Z_CLIP, zj))
+                self.drift += self.drift_alpha * (clipped - self.drift)
                 self.shift += self.drift_alpha * (ej - self.shift)
                 if abs(self.drift) > self.drift_threshold:
                     fired = j
@@ -179,12 +190,14 @@ class BayesLinReg:
             count = stop - start
             mu_out[start:stop], sd_out[start:stop] = mu[:count], sd[:count]
             self._learn_noise(np.minimum(z[:count] ** 2, MAX_Z2) * noise, param_var[:count] / noise)
+            robust = np.minimum(1.0, HUBER_K / np.maximum(np.abs(z[:count]), 1e-12))
             if fired < 0:
-                self._learn_rows(X[start:stop], y[start:stop])
+                self._learn_rows(X[start:stop], y[start:stop], robust)
             else:
-                self._learn_rows(X[start : stop - 1], y[start : stop - 1])
+                self._learn_rows(X[start : stop - 1], y[start : stop - 1], robust[:-1])
                 self._inject_bias_variance(max(abs(self.shift), abs(float(resid[fired]))) ** 2)
-                self._learn_rows(X[stop - 1 : stop], y[stop - 1 : stop])
+                # The row that revealed the shift is trusted in full: it is the new level.
+                self._learn_rows(X[stop - 1 : stop], y[stop - 1 : stop], np.ones(1))
             start = stop
         self.rows += n
         return mu_out, sd_out
@@ -203,18 +216,16 @@ class BayesLinReg:
         self.innov_sum = total * self.innov_sum + float(weight @ standardised_sq)
         self.innov_weight = total * self.innov_weight + float(weight.sum())
 
-    def _learn_rows(self, X: np.ndarray, y: np.ndarray) -> None:
+    def _learn_rows(self, X: np.ndarray, y: np.ndarray, row_weight: np.ndarray) -> None:
         k = y.size
         if k == 0:
             return
         decay = self.forgetting ** np.arange(k - 1, -1, -1, dtype=np.float64)
         total = self.forgetting**k
-        weighted = X * decay[:, None]
+        weighted = X * (decay * row_weight)[:, None]
         precision = total * self.precision + weighted.T @ X
         # Exactly symmetric, so the upper triangle stored by to_dict restores it bit for bit.
-        precision = 0.5 * (precision + precision.T)
-        precision[np.diag_indices_from(precision)] += (1.0 - total) * self._p0
-        self.precision = precision
+        self.precision = 0.5 * (precision + precision.T) + (1.0 - total) * self._p0_matrix
         self.eta = total * self.eta + (1.0 - total) * self._eta0 + weighted.T @ y
         self._mean = self._cov = None
 

@@ -118,13 +118,26 @@ def test_learn_many_equals_sequential_learning() -> None:
         batched.learn_many(rows[start : start + 100])
     for row in rows:
         sequential.learn_one(*row)
-    np.testing.assert_allclose(batched.time.mean, sequential.time.mean, rtol=1e-8, atol=1e-10)
+    # Equal but for the Huber weights of outlying rows (judged a chunk earlier in a batch).
+    np.testing.assert_allclose(batched.time.mean, sequential.time.mean, atol=0.02)
     assert batched.time.noise_var == pytest.approx(sequential.time.noise_var, rel=0.25)
     for op, v, _, _ in rows[:20]:
         a, b = batched.predict_one(op, v), sequential.predict_one(op, v)
-        assert a.mean_ms == pytest.approx(b.mean_ms, rel=1e-6)
+        assert a.mean_ms == pytest.approx(b.mean_ms, rel=0.03)
         assert a.log_std == pytest.approx(b.log_std, rel=0.15)
-        assert a.energy_j == pytest.approx(b.energy_j, rel=1e-6)
+        assert a.energy_j == pytest.approx(b.energy_j, rel=0.03)
+
+
+def test_batch_learning_is_exact_without_outliers() -> None:
+    rng = np.random.default_rng(13)
+    w = np.array([0.5, 1.0, -0.5, 0.25])
+    X = np.column_stack([np.ones(200), rng.normal(size=(200, 3))])
+    y = X @ w + rng.normal(scale=0.05, size=200).clip(-0.1, 0.1)
+    batched, sequential = (BayesLinReg(np.zeros(4), np.full(4, 2.0), 0.5) for _ in range(2))
+    batched.update(X, y)
+    for i in range(200):
+        sequential.update(X[i : i + 1], y[i : i + 1])
+    np.testing.assert_allclose(batched.mean, sequential.mean, rtol=1e-9, atol=1e-12)
 
 
 def test_energy_is_learned_where_measured() -> None:
@@ -162,12 +175,14 @@ def test_bad_rows_are_refused_before_any_change() -> None:
     model = CostModel.for_class("numpy-cpu-x86")
     op = parse_op({"kind": "softmax", "rows": 8, "dim": 8})
     before = json.dumps(model.to_dict())
-    for bad in (0.0, -1.0, float("nan"), float("inf")):
+    for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError):
             model.learn_many([(op, FP32, 1.0, None), (op, FP32, bad, None)])
     assert json.dumps(model.to_dict()) == before
     model.learn_one(op, FP32, 1.0, float("nan"))  # unmeasurable energy is "not measured"
     assert model.energy_samples == 0 and model.samples == 1
+    model.learn_one(op, FP32, 0.0)  # below the clock's resolution, not an error
+    assert model.samples == 2
 
 
 def test_state_is_small_and_round_trips_through_json() -> None:

@@ -119,6 +119,7 @@ def test_subset_and_json_round_trip() -> None:
     assert only_a.count("b", matmul(8), FP32) == 0 and only_a.count("a", matmul(8), FP32) == 1
     restored = HistoryModel.from_dict(json.loads(json.dumps(history.to_dict())))
     assert restored.entries == history.entries
+    assert restored.version == history.version == 2
     assert (
         restored.energy_j("a", matmul(8), FP32) == 0.5
         and restored.energy_j("b", matmul(8), FP32) is None

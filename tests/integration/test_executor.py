@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,64 @@ def test_reference_checksum_is_reproducible() -> None:
     """What a client recomputes from an inline output equals what the executor sent."""
     out = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert checksum(decode_tensor(encode_tensor(out), 100)) == checksum(out)
+
+
+async def test_sigterm_finishes_the_op_in_hand(broker: str, unique: str, tmp_path: Path) -> None:
+    """A sim executor gets SIGTERM mid-op: the outcome is still published, then it exits 0."""
+    ns = f"t{unique}."
+    routes = f"{ns}switchyard.routes.sim-cpu-core"
+    await create_topics(broker, [routes])
+    env = {**os.environ, "SWITCHYARD_BROKER": broker, "SWITCHYARD_TOPIC_NAMESPACE": ns}
+    log_path = tmp_path / "executor.log"
+    log = open(log_path, "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "executor",
+            "--runtime",
+            "sim",
+            "--device",
+            "cpu-core",
+            "--id",
+            "sim-1",
+            "--drift",
+            "0:4",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        # 2*2048^3 FLOP at 192 GFLOP/s x drift 4 ~ 0.36 s; the slow one ~3 s.
+        fast = {"kind": "matmul", "m": 2048, "k": 2048, "n": 2048}
+        slow = {"kind": "matmul", "m": 4096, "k": 4096, "n": 4096}
+        r1, r2 = route("fast", fast), route("slow", slow)
+        for r in (r1, r2):
+            r["device_class"] = "sim-cpu-core"
+        await produce(broker, routes, [("fast", r1), ("slow", r2)])
+        metrics_topic = f"{ns}switchyard.metrics"
+        await consume_until(
+            broker,
+            metrics_topic,
+            lambda m: len(m) >= 1,
+            timeout_s=60,
+            abort=lambda: None if proc.poll() is None else log_path.read_text(),
+        )
+        time.sleep(0.5)  # well inside the slow op
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_path.read_text()[-3000:]
+        outcomes = await consume_until(
+            broker, f"{ns}switchyard.outcomes", lambda m: len(m) >= 2, timeout_s=10
+        )
+        by_id = {m["key"]: m["value"] for m in outcomes}
+        assert by_id["slow"]["status"] == "ok" and by_id["slow"]["simulated"]
+        assert by_id["slow"]["latency_ms"] > 2000  # the drift factor 4 really applied
+        assert by_id["slow"]["checksum"] is None and by_id["slow"]["energy_j"] is None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()

@@ -52,6 +52,7 @@ class Summary:
     sent: int
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     sent_at_ms: dict[str, int] = field(default_factory=dict)
+    # when each result was published (its Kafka timestamp), not when this client read it
     received_at_ms: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,13 +134,14 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
         deadline = time.monotonic() + timeout_s
         while len(summary.results) < len(wanted) and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
-            now = time.time_ns() // 1_000_000
             for records in batch.values():
                 for record in records:
                     key = record.key.decode() if record.key else None
                     if key in wanted and key not in summary.results and record.value:
                         summary.results[key] = json.loads(record.value)
-                        summary.received_at_ms[key] = now
+                        # The record's own timestamp (set when the worker published it): the
+                        # latency does not depend on when this client got round to reading.
+                        summary.received_at_ms[key] = int(record.timestamp)
             if progress:
                 _progress("results", len(summary.results), len(wanted))
         if progress:

@@ -116,10 +116,26 @@ def _lognormal_std(log_mean: float, log_var: float) -> float:
 # Prior std of each weight (ln units per unit of feature), by how far the roofline is trusted.
 # "sim": the simulator *is* a roofline plus noise, so corrections stay small; "live": real
 # runtimes miss the roofline by 2-10x (cache effects, dispatch, emulated precisions), so the
-# offset may move by e^1 and each size decade by 30%.
+# offset may move by e^1 and each size decade by 30% (plus up to ~20% per kind: "slope").
 PRIOR_STD: dict[str, dict[str, float]] = {
-    "sim": {"bias": 0.3, "size": 0.1, "prior": 0.05, "kind": 0.2, "precision": 0.2, "mode": 0.1},
-    "live": {"bias": 1.0, "size": 0.3, "prior": 0.15, "kind": 0.5, "precision": 0.5, "mode": 0.3},
+    "sim": {
+        "bias": 0.3,
+        "size": 0.1,
+        "prior": 0.05,
+        "kind": 0.2,
+        "precision": 0.2,
+        "mode": 0.1,
+        "slope": 0.05,
+    },
+    "live": {
+        "bias": 1.0,
+        "size": 0.3,
+        "prior": 0.15,
+        "kind": 0.5,
+        "precision": 0.5,
+        "mode": 0.3,
+        "slope": 0.2,
+    },
 }
 # Prior residual std (ln units): the simulator's noise is ~10%; live timings jitter ~20-30%.
 NOISE_STD: dict[str, float] = {"sim": 0.15, "live": 0.3}
@@ -130,7 +146,10 @@ def _prior_arrays(scale: str, bias_mean: float) -> tuple[np.ndarray, np.ndarray]
     mean, std = np.zeros(N_FEATURES), np.empty(N_FEATURES)
     for i, name in enumerate(FEATURE_NAMES):
         group = name.split("=")[0] if "=" in name else name
+        if name.startswith("log10_flops@kind="):
+            group = "slope"
         std[i] = {
+            "slope": stds["slope"],
             "bias": stds["bias"],
             "prior_log_ms": stds["prior"],
             "kind": stds["kind"],

@@ -40,6 +40,8 @@ def test_one_hots_mark_exactly_the_kind_precision_and_mode(pair) -> None:
     assert sum(names[f"precision={p}"] for p in PRECISIONS) == 1.0
     assert names[f"precision={variant.precision}"] == 1.0
     assert names["mode=compiled"] == (1.0 if variant.mode == "compiled" else 0.0)
+    for k in OP_KINDS:  # the size slope is switched on for the op's own kind only
+        assert names[f"log10_flops@kind={k}"] == (names["log10_flops"] if k == op.kind else 0.0)
 
 
 @settings(max_examples=50, deadline=None)

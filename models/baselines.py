@@ -78,15 +78,18 @@ class _Baseline:
         )
 
     def options(self) -> dict[str, Any]:
+        """Constructor options, JSON-ready."""
         return {}
 
     def state(self) -> dict[str, Any]:
+        """Mutable state that must survive a restore (JSON-ready)."""
         return {}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore what `state` returned."""
 
     def to_dict(self) -> dict[str, Any]:
+        """name, options and state; `models.policy.policy_from_dict` rebuilds it."""
         return {"name": self.name, "options": self.options(), "state": self.state()}
 
 
@@ -107,15 +110,18 @@ class RoundRobinPolicy(_Baseline):
         history: HistoryModel | None,
         rng: np.random.Generator,
     ) -> Decision:
+        """See the class docstring."""
         reps = class_representatives(eligible_candidates(workload, candidates))
         chosen = reps[self.turn % len(reps)]
         self.turn += 1
         return self._decision(workload, chosen, models, "exploit", chosen.expected_wait_ms)
 
     def state(self) -> dict[str, Any]:
+        """Mutable state that must survive a restore (JSON-ready)."""
         return {"turn": self.turn}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state` returned."""
         self.turn = int(state.get("turn", 0))
 
 
@@ -132,6 +138,7 @@ class RandomPolicy(_Baseline):
         history: HistoryModel | None,
         rng: np.random.Generator,
     ) -> Decision:
+        """See the class docstring."""
         reps = class_representatives(eligible_candidates(workload, candidates))
         chosen = reps[int(rng.integers(len(reps)))]
         return self._decision(workload, chosen, models, "explore", chosen.expected_wait_ms)
@@ -150,6 +157,7 @@ class Pow2Policy(_Baseline):
         history: HistoryModel | None,
         rng: np.random.Generator,
     ) -> Decision:
+        """See the class docstring."""
         reps = class_representatives(eligible_candidates(workload, candidates))
         if len(reps) == 1:
             chosen = reps[0]
@@ -172,6 +180,7 @@ class JsqPolicy(_Baseline):
         history: HistoryModel | None,
         rng: np.random.Generator,
     ) -> Decision:
+        """See the class docstring."""
         reps = class_representatives(eligible_candidates(workload, candidates))
         waits = np.array([c.expected_wait_ms for c in reps])
         best = np.flatnonzero(waits == waits.min())
@@ -190,6 +199,7 @@ class StaticPolicy(_Baseline):
         self.device_class = device_class
 
     def options(self) -> dict[str, Any]:
+        """Constructor options, JSON-ready."""
         return {"device_class": self.device_class}
 
     def decide(
@@ -200,6 +210,7 @@ class StaticPolicy(_Baseline):
         history: HistoryModel | None,
         rng: np.random.Generator,
     ) -> Decision:
+        """See the class docstring."""
         reps = class_representatives(eligible_candidates(workload, candidates))
         target = self.device_class or reps[0].device_class
         for c in reps:
@@ -228,6 +239,7 @@ class DmdaPolicy(_Baseline):
         self.calibrate_minimum = int(calibrate_minimum)
 
     def options(self) -> dict[str, Any]:
+        """Constructor options, JSON-ready."""
         return {"use_regression": self.use_regression, "calibrate_minimum": self.calibrate_minimum}
 
     def decide(
@@ -238,6 +250,7 @@ class DmdaPolicy(_Baseline):
         history: HistoryModel | None,
         rng: np.random.Generator,
     ) -> Decision:
+        """See the class docstring."""
         usable = eligible_candidates(workload, candidates)
         if history is None:
             chosen = min(usable, key=lambda c: c.expected_wait_ms)
@@ -295,6 +308,7 @@ class OraclePolicy(_Baseline):
         history: HistoryModel | None,
         rng: np.random.Generator,
     ) -> Decision:
+        """See the class docstring."""
         usable = eligible_candidates(workload, candidates)
         op = workload.op
         exec_ms = np.array([self.true_ms(c.device_class, op, c.variant) for c in usable])

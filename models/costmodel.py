@@ -66,26 +66,35 @@ class CostModelLike(Protocol):
     device_class: str
 
     @property
-    def version(self) -> int: ...
+    def version(self) -> int:
+        """Increments on every learn call."""
 
     @property
-    def samples(self) -> int: ...
+    def samples(self) -> int:
+        """Rows of execution time learned."""
 
-    def predict_one(self, op: OpSpec, variant: Variant) -> Prediction: ...
+    def predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
+        """Predicted time (and energy) of ``op`` at ``variant``; works on a fresh model."""
 
-    def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float: ...
+    def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
+        """A Thompson sample of the expected time (deterministic given ``rng``)."""
 
     def learn_one(
         self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None
-    ) -> None: ...
+    ) -> None:
+        """Learn one measured execution; never mutates its inputs."""
 
-    def learn_many(self, rows: Iterable[Row]) -> None: ...
+    def learn_many(self, rows: Iterable[Row]) -> None:
+        """Learn a batch of rows (op, variant, exec_ms, energy_j or None)."""
 
-    def error_summary(self) -> dict[str, float | int | None]: ...
+    def error_summary(self) -> dict[str, float | int | None]:
+        """Progressive-validation error: count, ewma_ape, median_ape, p90_ape, mean_ape (percent)."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state; `cost_model_from_dict` rebuilds it."""
 
-    def clone(self) -> CostModelLike: ...
+    def clone(self) -> CostModelLike:
+        """An independent copy with the same learned state."""
 
 
 def validate_rows(rows: Iterable[Row]) -> list[Row]:

@@ -85,9 +85,11 @@ class Policy(Protocol):
         models: Mapping[str, CostModelLike],
         history: HistoryModel | None,
         rng: np.random.Generator,
-    ) -> Decision: ...
+    ) -> Decision:
+        """One decision for ``workload`` among ``candidates``."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: name, options and state (see `models.policy.policy_from_dict`)."""
 
 
 def eligible_candidates(workload: Workload, candidates: Sequence[Candidate]) -> list[Candidate]:

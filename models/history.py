@@ -61,6 +61,7 @@ def fit_power_law(sizes: np.ndarray, times: np.ndarray, weights: np.ndarray) -> 
     w = weights / weights.sum()
 
     def fit(c: float) -> tuple[float, float, float]:
+        """(ln a, b, weighted squared log error) for a trial ``c``."""
         target = np.log(times - c)
         ms, mt = w @ ls, w @ target
         var = w @ (ls - ms) ** 2
@@ -138,6 +139,7 @@ class HistoryModel:
 
     # -- queries ---------------------------------------------------------------------------
     def count(self, device_class: str, op: OpSpec, variant: Variant) -> int:
+        """Samples recorded for the entry (0 if none)."""
         entry = self.entries.get(_key(device_class, op, variant))
         return 0 if entry is None else int(entry[0])
 
@@ -158,6 +160,7 @@ class HistoryModel:
         return math.sqrt(max(entry[2], 0.0) / (entry[0] - 1))
 
     def energy_j(self, device_class: str, op: OpSpec, variant: Variant) -> float | None:
+        """Mean measured energy of the entry; None if never measured."""
         entry = self.entries.get(_key(device_class, op, variant))
         return None if entry is None or not entry[4] else entry[5]
 
@@ -216,6 +219,7 @@ class HistoryModel:
         self._laws.clear()
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state."""
         return {
             "calibrate_minimum": self.calibrate_minimum,
             "max_entries": self.max_entries,
@@ -225,12 +229,14 @@ class HistoryModel:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HistoryModel:
+        """Rebuild from `to_dict` output."""
         model = cls(int(data["calibrate_minimum"]), int(data["max_entries"]))
         model.entries = {str(k): [float(v) for v in e] for k, e in data["entries"].items()}
         model.version = int(data.get("version", 0))
         return model
 
     def clone(self) -> HistoryModel:
+        """An independent copy."""
         return HistoryModel.from_dict(self.to_dict())
 
 
@@ -257,10 +263,12 @@ class HistoryCostModel:
 
     @property
     def version(self) -> int:
+        """Increments on every learn call."""
         return self._version
 
     @property
     def samples(self) -> int:
+        """Rows learned."""
         return self._rows
 
     def _mean_and_count(self, op: OpSpec, variant: Variant) -> tuple[float, int]:
@@ -274,6 +282,7 @@ class HistoryCostModel:
         return math.exp(self.prior.roofline_log_ms(op, variant)), -1
 
     def predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
+        """The entry mean / power law / roofline prior, by mode; 100% spread where unknown."""
         mean, count = self._mean_and_count(op, variant)
         std = self.history.std_ms(self.device_class, op, variant)
         rel = 1.0 if std is None or count < 1 else max(std / mean, 1e-3)
@@ -289,6 +298,7 @@ class HistoryCostModel:
         )
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
+        """A draw around the prediction, narrowing with the entry's count."""
         pred = self.predict_one(op, variant)
         count = max(self.history.count(self.device_class, op, variant), 1)
         return math.exp(
@@ -298,9 +308,11 @@ class HistoryCostModel:
     def learn_one(
         self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None
     ) -> None:
+        """Learn one measured execution."""
         self.learn_many([(op, variant, exec_ms, energy_j)])
 
     def learn_many(self, rows: Iterable[Row]) -> None:
+        """Record a batch (predicting each row first, for the running error)."""
         batch = validate_rows(rows)
         if not batch:
             return
@@ -312,9 +324,11 @@ class HistoryCostModel:
         self._version += 1
 
     def error_summary(self) -> dict[str, float | int | None]:
+        """Progressive-validation abs % error (count, ewma, median, p90, mean)."""
         return self.errors.summary()
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state."""
         return {
             "kind": self.mode,
             "device_class": self.device_class,
@@ -326,6 +340,7 @@ class HistoryCostModel:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HistoryCostModel:
+        """Rebuild from `to_dict` output."""
         model = cls(
             str(data["device_class"]), str(data["kind"]), HistoryModel.from_dict(data["history"])
         )
@@ -335,4 +350,5 @@ class HistoryCostModel:
         return model
 
     def clone(self) -> HistoryCostModel:
+        """An independent copy."""
         return HistoryCostModel.from_dict(self.to_dict())

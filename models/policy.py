@@ -141,6 +141,7 @@ class SwitchyardPolicy:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """name, options and state; `policy_from_dict` rebuilds it."""
         return {"name": self.name, "options": {"cold_samples": self.cold_samples}, "state": {}}
 
 

@@ -87,6 +87,7 @@ class PriorDevice:
         return math.log(max(seconds, 1e-12) * 1e3)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the device figures themselves, so a stored model keeps its prior)."""
         dev = self.device
         return {
             "name": dev.name,
@@ -103,6 +104,7 @@ class PriorDevice:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PriorDevice:
+        """Rebuild from `to_dict` output."""
         dev = DeviceSpec(
             str(data["name"]),
             data["kind"],

@@ -109,6 +109,7 @@ class BayesLinReg:
 
     @property
     def dim(self) -> int:
+        """Number of weights."""
         return int(self.prior_mean.size)
 
     # -- posterior -------------------------------------------------------------------------
@@ -334,6 +335,7 @@ class ErrorTracker:
 
     def to_dict(self) -> dict[str, Any]:
         # Four significant digits are plenty for an error figure and halve the JSON size.
+        """JSON-ready state: count, EWMA and the (rounded) ring."""
         return {
             "count": self.count,
             "ewma": self.ewma,
@@ -342,6 +344,7 @@ class ErrorTracker:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ErrorTracker:
+        """Rebuild from `to_dict` output."""
         tracker = cls()
         tracker.count = int(data["count"])
         tracker.ewma = None if data["ewma"] is None else float(data["ewma"])
@@ -349,4 +352,5 @@ class ErrorTracker:
         return tracker
 
     def copy(self) -> ErrorTracker:
+        """An independent copy."""
         return ErrorTracker.from_dict(self.to_dict())

@@ -65,14 +65,17 @@ class SGDCostModel:
 
     @classmethod
     def for_class(cls, device_class: str, **options: Any) -> SGDCostModel:
+        """A cold comparator for ``device_class`` (options: SGDRegressor parameters)."""
         return cls(device_class, **options)
 
     @property
     def version(self) -> int:
+        """Increments on every learn call."""
         return self._version
 
     @property
     def samples(self) -> int:
+        """Rows of execution time learned."""
         return self.time_rows
 
     def _x(self, op: OpSpec, variant: Variant) -> np.ndarray:
@@ -97,6 +100,7 @@ class SGDCostModel:
         return self.residual_var * N_FEATURES / (N_FEATURES + self.time_rows)
 
     def predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
+        """Prior + learned residual; spread from the running residual variance."""
         X = self._x(op, variant)[None, :]
         mu = float(self._log_time(X)[0])
         var = self.residual_var + self._spread_var()
@@ -118,15 +122,18 @@ class SGDCostModel:
         )
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
+        """A draw of the expected time with the shrinking stand-in parameter spread."""
         mu = float(self._log_time(self._x(op, variant)[None, :])[0])
         return math.exp(mu + math.sqrt(self._spread_var()) * float(rng.standard_normal()))
 
     def learn_one(
         self, op: OpSpec, variant: Variant, exec_ms: float, energy_j: float | None = None
     ) -> None:
+        """Learn one measured execution."""
         self.learn_many([(op, variant, exec_ms, energy_j)])
 
     def learn_many(self, rows: Iterable[Row]) -> None:
+        """Predict each row (progressive error), then ``partial_fit`` scaler and regressors."""
         batch = validate_rows(rows)
         if not batch:
             return
@@ -160,6 +167,7 @@ class SGDCostModel:
         self._version += 1
 
     def error_summary(self) -> dict[str, float | int | None]:
+        """Progressive-validation abs % error (count, ewma, median, p90, mean)."""
         return self.errors.summary()
 
     # -- state -----------------------------------------------------------------------------
@@ -179,6 +187,7 @@ class SGDCostModel:
         return reg
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state (coefficients, scaler statistics, counters)."""
         scaler = None
         if hasattr(self.scaler, "mean_"):
             scaler = {
@@ -205,6 +214,7 @@ class SGDCostModel:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SGDCostModel:
+        """Rebuild from `to_dict` output; predictions and further learning are identical."""
         model = cls(
             str(data["device_class"]), PriorDevice.from_dict(data["prior"]), **data["params"]
         )
@@ -226,4 +236,5 @@ class SGDCostModel:
         return model
 
     def clone(self) -> SGDCostModel:
+        """An independent copy with the same learned state."""
         return SGDCostModel.from_dict(self.to_dict())

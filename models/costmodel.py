@@ -47,7 +47,9 @@ MIN_EXEC_MS = 1e-6
 class Prediction:
     """A cost prediction. ``mean_ms`` is exp of the predicted mean log time (the median of the
     log-normal predictive); ``std_ms`` its log-normal std; ``log_mean``/``log_std`` are the
-    predictive moments of ln(ms) themselves. Energy fields are None until energy is measured."""
+    predictive moments of ln(ms) themselves (``param_var`` is the weights' share of the
+    variance, what Thompson samples spread by). Energy fields are None until energy is
+    measured."""
 
     mean_ms: float
     std_ms: float
@@ -56,6 +58,7 @@ class Prediction:
     samples: int
     log_mean: float = 0.0
     log_std: float = 0.0
+    param_var: float = 0.0  # the part of log_std^2 due to weight uncertainty
 
 
 @runtime_checkable
@@ -267,6 +270,7 @@ class CostModel:
             samples=self.samples,
             log_mean=mu,
             log_std=math.sqrt(var),
+            param_var=param_var,
         )
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
@@ -274,6 +278,15 @@ class CostModel:
         (weight uncertainty only, not the run-to-run noise)."""
         mu, param_var, _ = self.time.moments(self.features(op, variant))
         return math.exp(mu + math.sqrt(param_var) * float(rng.standard_normal()))
+
+    def predict_sample(
+        self, op: OpSpec, variant: Variant, rng: np.random.Generator
+    ) -> tuple[Prediction, float]:
+        """`predict_one` and `sample_ms` in one pass (the decide agent's hot path); the same
+        results and the same draw from ``rng`` as calling both."""
+        pred = self.predict_one(op, variant)
+        draw = math.exp(pred.log_mean + math.sqrt(pred.param_var) * float(rng.standard_normal()))
+        return pred, draw
 
     # -- learning --------------------------------------------------------------------------
     def learn_one(

@@ -82,9 +82,13 @@ class SwitchyardPolicy:
         learned, versions, samples = [], [], []
         for i, c in enumerate(usable):
             model, is_learned = self._priors.get(models, c.device_class)
-            pred = model.predict_one(op, c.variant)
+            fast = getattr(model, "predict_sample", None)
+            if fast is not None:
+                pred, draw_ms[i] = fast(op, c.variant, rng)
+            else:
+                pred = model.predict_one(op, c.variant)
+                draw_ms[i] = model.sample_ms(op, c.variant, rng)
             mean_ms[i], std_ms[i] = pred.mean_ms, pred.std_ms
-            draw_ms[i] = model.sample_ms(op, c.variant, rng)
             energy.append(pred.energy_j)
             learned.append(is_learned)
             versions.append(model.version if is_learned else 0)

@@ -171,6 +171,16 @@ def test_thompson_samples_are_reproducible_and_narrow_with_data() -> None:
     assert spread() < 0.25 * cold
 
 
+def test_predict_sample_equals_predict_then_sample() -> None:
+    rng = np.random.default_rng(14)
+    model = CostModel.for_class("numpy-cpu-x86")
+    model.learn_many(noisy_rows(random_mixed_ops(rng, 50), CPU_WORLD, rng))
+    op = random_mixed_ops(rng, 1)[0]
+    pred, draw = model.predict_sample(op, FP32, np.random.default_rng(3))
+    assert pred == model.predict_one(op, FP32)
+    assert draw == pytest.approx(model.sample_ms(op, FP32, np.random.default_rng(3)), rel=1e-12)
+
+
 def test_bad_rows_are_refused_before_any_change() -> None:
     model = CostModel.for_class("numpy-cpu-x86")
     op = parse_op({"kind": "softmax", "rows": 8, "dim": 8})

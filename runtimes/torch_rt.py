@@ -175,7 +175,7 @@ class TorchRuntime(Runtime):
             if not self.is_cuda and not self.compile_cpu:
                 return (
                     "torch.compile on CPU builds C++ per shape (seconds each); "
-                    "enable it with compile_cpu"
+                    "enable it with SWITCHYARD_TORCH_COMPILE_CPU=1 (the torch_compile_cpu setting)"
                 )
         return None
 

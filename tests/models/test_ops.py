@@ -103,7 +103,7 @@ JSONISH = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.one_of(
         JSONISH,

@@ -167,7 +167,7 @@ JSONISH = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.fixed_dictionaries(
         {"id": st.just("w") | JSONISH, "op": st.just(OP) | JSONISH},

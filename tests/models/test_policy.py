@@ -346,3 +346,56 @@ def test_decision_to_dict_is_json_ready() -> None:
         "expected_wait_ms",
         "score",
     }
+
+
+def _run_world(policy, models, offered_at, true_ms, ops, r):
+    """Decide, 'execute' with 10% noise, learn; returns (class, op, reason) per step."""
+    log = []
+    for i, op in enumerate(ops):
+        offered = offered_at(i)
+        d = policy.decide(workload(op, wid=f"w{i}"), offered, models, None, r)
+        measured = true_ms(i, d.device_class, op) * math.exp(r.normal(0.0, 0.1))
+        models.setdefault(d.device_class, CostModel.for_class(d.device_class))
+        models[d.device_class].learn_one(op, d.variant, measured)
+        log.append((d.device_class, op, d.reason))
+    return log
+
+
+def test_switchyard_moves_off_a_class_that_slows_down_4x() -> None:
+    r, ops, base_true = _two_class_world(12, 450)
+
+    def true_ms(step: int, cls: str, op: OpSpec) -> float:
+        slow = 4.0 if cls == "numpy-cpu-a" and step >= 200 else 1.0
+        return base_true(cls, op, FP32) * slow
+
+    models = {c: CostModel.for_class(c) for c in ("numpy-cpu-a", "numpy-cpu-b")}
+    offered = cands(("numpy-cpu-a", 0.0, 1), ("numpy-cpu-b", 0.0, 1))
+    log = _run_world(make_policy("switchyard"), models, lambda i: offered, true_ms, ops, r)
+    gemm = [cls for cls, op, _ in log if op.kind in ("matmul", "linear", "attention")]
+    gemm_steps = [
+        i for i, (_, op, _) in enumerate(log) if op.kind in ("matmul", "linear", "attention")
+    ]
+    before = [c for c, i in zip(gemm, gemm_steps, strict=True) if 100 <= i < 200]
+    after = [c for c, i in zip(gemm, gemm_steps, strict=True) if i >= 230]
+    assert before.count("numpy-cpu-a") / len(before) >= 0.9
+    assert after.count("numpy-cpu-b") / len(after) >= 0.8
+
+
+def test_switchyard_explores_a_new_class_and_adopts_it_when_faster() -> None:
+    r, ops, base_true = _two_class_world(13, 400)
+
+    def true_ms(step: int, cls: str, op: OpSpec) -> float:
+        if cls == "numpy-cpu-new":
+            return min(base_true("numpy-cpu-a", op, FP32), base_true("numpy-cpu-b", op, FP32)) / 3
+        return base_true(cls, op, FP32)
+
+    old = cands(("numpy-cpu-a", 0.0, 1), ("numpy-cpu-b", 0.0, 1))
+    joined = old + cands(("numpy-cpu-new", 0.0, 1))
+    models = {c: CostModel.for_class(c) for c in ("numpy-cpu-a", "numpy-cpu-b")}
+    log = _run_world(
+        make_policy("switchyard"), models, lambda i: old if i < 150 else joined, true_ms, ops, r
+    )
+    first_new = next(i for i, (cls, _, _) in enumerate(log) if cls == "numpy-cpu-new")
+    assert 150 <= first_new < 170  # tried soon after it joins (no model yet: the prior)
+    late = [cls for cls, _, _ in log[250:]]
+    assert late.count("numpy-cpu-new") / len(late) >= 0.9

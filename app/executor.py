@@ -303,7 +303,7 @@ def run_executor(
             logger.error("--drift applies to the sim runtime only")
             return 2
         options["drift"] = drift
-    if runtime == "torch" and getattr(settings, "torch_compile_cpu", False):
+    if runtime == "torch" and settings.torch_compile_cpu:
         options["compile_cpu"] = True
     try:
         rt = get_runtime(runtime, device, threads=threads, **options)

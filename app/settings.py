@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     # In-flight work whose class has no live device for this long is routed again.
     reroute_check_s: float = Field(default=1.0, gt=0)
 
+    # --- Executors -----------------------------------------------------------------------------
+    # torch.compile on the CPU builds C++ per shape (~27 s cold on a 2-core machine): refused
+    # unless asked for, so a first request does not stall an executor for half a minute.
+    torch_compile_cpu: bool = False
+
     # --- Windows -------------------------------------------------------------------------------
     tumbling_window_s: float = Field(default=10.0, gt=0)
     hopping_window_s: float = Field(default=60.0, gt=0)

@@ -102,24 +102,47 @@ def test_a_workload_delivered_twice_is_decided_and_answered_once(cluster):
     assert counts[workload["id"]] == 1
 
 
+def _metric(device_class: str, i: int, rng: np.random.Generator) -> dict:
+    """A metric from a device whose time law is known: 1 GFLOP/s plus 20 µs, 5% noise."""
+    size = int(rng.choice([16, 32, 64, 128, 192, 256]))
+    op = parse_op({"kind": "matmul", "m": size, "k": size, "n": size})
+    exec_ms = (op.flops() / 1e9 * 1e3 + 0.02) * float(rng.lognormal(0, 0.05))
+    return {"workload_id": f"m{i}", "device_id": f"{device_class}-0",
+            "device_class": device_class, "runtime": "test", "op": op.to_dict(),
+            "variant": {"precision": "fp32", "mode": "eager"}, "flops": op.flops(),
+            "bytes_moved": op.bytes_moved("fp32"), "status": "ok", "queue_ms": 0.1,
+            "exec_ms": exec_ms, "started_at_ms": 0, "finished_at_ms": 0}
+
+
+def _model(cluster: LocalCluster, device_class: str, samples: int) -> dict:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for m in cluster.api("/api/models")["models"]:
+            if m["device_class"] == device_class and m["samples"] >= samples:
+                return m
+        time.sleep(0.5)
+    raise AssertionError(f"{device_class} never reached {samples} samples")
+
+
 def test_cost_model_error_falls_as_metrics_arrive(cluster):
+    """Progressive validation on the real learn stage: each metric is predicted before it is
+    learned, and the running error falls from the cold prior's to the noise level."""
+    device_class = f"test-cpu-{uuid.uuid4().hex[:6]}"
+    rng = np.random.default_rng(5)
+    topic = f"{cluster.namespace}switchyard.metrics"
+    metrics = [_metric(device_class, i, rng) for i in range(400)]
+    asyncio.run(produce(cluster.broker, topic, [(m["device_id"], m) for m in metrics[:20]]))
+    early = _model(cluster, device_class, 20)["error"]
+    asyncio.run(produce(cluster.broker, topic, [(m["device_id"], m) for m in metrics[20:]]))
+    late = _model(cluster, device_class, 400)["error"]
+    assert late["ewma_ape"] < early["ewma_ape"] / 2, (early, late)
+    assert late["ewma_ape"] < 20  # near the 5% noise, far below the cold start
+    # the live classes learn from real executions too
     models = {m["device_class"]: m for m in cluster.api("/api/models")["models"]}
     assert {"numpy-cpu-x86", "torch-cpu-x86", "sim-h100", "sim-cpu-core"} <= set(models)
     decisions = cluster.api("/api/decisions")["decisions"]
-    measured = [d for d in decisions if d.get("measured_ms") and d["device_class"] == "sim-h100"]
-    assert measured, "decisions carry the measured time once the result is in"
-    # Progressive validation on the live classes: the cold prior is generic, so the first
-    # predictions are far off; after learning they are much closer.
-    trace = synthetic_trace(120, seed=12, id_prefix=f"err-{uuid.uuid4().hex[:6]}-")
-    before = {c: m["error"] for c, m in models.items()}
-    run_trace(cluster, trace)
-    after = {m["device_class"]: m for m in cluster.api("/api/models")["models"]}
-    for device_class in ("numpy-cpu-x86", "sim-h100"):
-        assert after[device_class]["samples"] > models[device_class]["samples"]
-    # the EWMA of the absolute % error after more learning is below the all-time mean, which
-    # is dominated by the cold start
-    ewma = after["numpy-cpu-x86"]["error"]["ewma_ape"]
-    assert ewma < after["numpy-cpu-x86"]["error"]["mean_ape"] or ewma < 25, (before, after)
+    assert any(d.get("measured_ms") is not None for d in decisions), \
+        "decisions carry the measured time once the result is in"
 
 
 def test_after_warm_up_decisions_pick_the_truly_faster_class(cluster):

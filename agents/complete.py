@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from app import observability
 from app.main import app, topics
@@ -40,7 +41,7 @@ def parse_outcome(raw: bytes) -> ResultRecord:
 
 
 @app.agent(topics.outcomes, concurrency=1)
-async def complete(stream):  # type: ignore[no-untyped-def]
+async def complete(stream: Any) -> None:
     """Publish the first outcome of each workload as its result; close its in-flight entry."""
     async for event in stream.events():
         try:

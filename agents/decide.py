@@ -18,7 +18,7 @@ from app import observability
 from app.main import app, settings, topics
 from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
-from app.tables import backlog, completed, decisions, history, inflight, models
+from app.tables import backlog, completed, decisions, devices, history, inflight, models
 from models.costmodel import CostModel
 from models.history import HistoryModel
 from models.ops import SpecError
@@ -173,13 +173,11 @@ async def wait_for_devices() -> None:
 
 def devices_values() -> list[dict[str, Any]]:
     """Every device record in the registry's global table."""
-    from app.tables import devices
-
     return [d for d in devices.values() if d]
 
 
 @app.agent(topics.workloads, concurrency=1)
-async def decide(stream):  # type: ignore[no-untyped-def]
+async def decide(stream: Any) -> None:
     """One decision per workload; bad input is dead-lettered and the stream goes on."""
     async for event in stream.events():
         try:
@@ -202,7 +200,7 @@ async def decide(stream):  # type: ignore[no-untyped-def]
 
 
 @app.agent(topics.reroutes, concurrency=1)
-async def reroute(stream):  # type: ignore[no-untyped-def]
+async def reroute(stream: Any) -> None:
     """Route again the in-flight workloads whose class died (requested by the registry)."""
     async for event in stream.events():
         try:

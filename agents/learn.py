@@ -68,7 +68,7 @@ async def parsed_batch(stage: str, batch: list[Any], report: bool = True,
 
 
 @app.agent(topics.metrics, concurrency=1)
-async def learn(stream):  # type: ignore[no-untyped-def]
+async def learn(stream: Any) -> None:
     """Fold each batch of successful executions into its class's model and history."""
     async for batch in stream.take_events(settings.metric_batch_size,
                                           within=settings.metric_batch_within_s):

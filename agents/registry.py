@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
 
 from app import observability
 from app.main import app, settings, topics
@@ -37,7 +38,7 @@ def parse_heartbeat(raw: bytes) -> HeartbeatRecord:
 
 
 @app.agent(topics.heartbeats, concurrency=1)
-async def registry(stream):  # type: ignore[no-untyped-def]
+async def registry(stream: Any) -> None:
     """Keep each device's last heartbeat; only the newest per device in a batch is written."""
     async for batch in stream.take_events(HEARTBEAT_BATCH, within=0.2):
         newest = {}

@@ -59,7 +59,7 @@ def sweep_expired(event: Any) -> int:
 
 
 @app.agent(topics.metrics, concurrency=1)
-async def window(stream):  # type: ignore[no-untyped-def]
+async def window(stream: Any) -> None:
     """Aggregate each batch per (class, op kind) and merge it into the current windows."""
     last_sweep = 0.0
     async for batch in stream.take_events(settings.metric_batch_size,

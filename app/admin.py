@@ -3,6 +3,7 @@ would get the broker's default partition count rather than the one the contract 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -23,10 +24,9 @@ async def ensure_topics(settings: Settings, partitions: Mapping[str, int]) -> No
         missing = [NewTopic(name, count, 1) for name, count in partitions.items()
                    if name not in existing]
         if missing:
-            try:
+            # created meanwhile by another process: fine
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass  # created meanwhile by another process: fine
             logger.info("created topics %s", ", ".join(t.name for t in missing))
     finally:
         await admin.close()

@@ -18,8 +18,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +342,7 @@ def status(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
     return ready
 
 
-def main_guard(fn, *args, false_ok: bool = False, **kwargs) -> int:  # type: ignore[no-untyped-def]
+def main_guard(fn: Callable[..., object], *args: Any, false_ok: bool = False, **kwargs: Any) -> int:
     """Run a broker command, turning KafkaError into a message and exit code 1.
 
     A command answering False exits 1 (``status``: not running) unless ``false_ok``

@@ -74,8 +74,8 @@ class Topics:
     def __init__(self, app: faust.App, settings: Settings) -> None:
         # internal=True: the worker creates these topics, with these partition counts, when
         # they do not exist yet (Faust only declares topics it considers its own).
-        raw = {"key_type": str, "key_serializer": "raw", "value_serializer": "raw",
-               "internal": True}
+        raw: dict[str, Any] = {"key_type": str, "key_serializer": "raw",
+                               "value_serializer": "raw", "internal": True}
         # Inputs are read as raw bytes: the stage validates them itself so that bad input
         # becomes a dead letter with its original bytes rather than a crashed agent.
         self.workloads = app.topic(names.WORKLOADS, partitions=settings.workload_partitions, **raw)

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ class Summary:
         errors = Counter(str(r.get("error"))[:80] for r in self.results.values()
                          if r.get("status") == "error")
 
-        def pct(values: list[float]) -> dict[str, float | None]:
+        def pct(values: Sequence[float]) -> dict[str, float | None]:
             if not values:
                 return {"p50": None, "p95": None, "p99": None, "mean": None}
             arr = np.asarray(values, dtype=float)

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.ops import Variant
 from models.decision import Candidate
+from models.ops import Variant
 from models.workload import Workload
 
 

@@ -71,16 +71,16 @@ def candidates_for(workload: Workload, classes: Mapping[str, ClassView],
     mode): runtimes refuse what they cannot do rather than substitute.
     """
     kind = workload.op.kind
+    allowed = set(workload.precisions)
     out = []
     for device_class in sorted(classes):
         view = classes[device_class]
-        for precision in workload.precisions:
-            for cap_kind, cap_precision, mode in sorted(view.capabilities):
-                if cap_kind == kind and cap_precision == precision:
-                    out.append(Candidate(
-                        device_class=device_class,
-                        variant=Variant(precision=precision, mode=mode),
-                        live_instances=view.live_instances,
-                        backlog_ms=float(backlog_ms.get(device_class, 0.0)),
-                    ))
+        variants = sorted((precision, mode) for cap_kind, precision, mode in view.capabilities
+                          if cap_kind == kind and precision in allowed)
+        out.extend(
+            Candidate(device_class=device_class, variant=Variant(precision=precision, mode=mode),
+                      live_instances=view.live_instances,
+                      backlog_ms=float(backlog_ms.get(device_class, 0.0)))
+            for precision, mode in variants
+        )
     return out

@@ -49,19 +49,18 @@ def _policy_options() -> dict[str, Any]:
 
 policy = make_policy(settings.policy, **_policy_options())
 rng = np.random.default_rng(settings.seed)
+# Derived caches of the global tables (rebuilt from them on demand, never a source of truth).
 _model_cache: dict[str, tuple[int, CostModel]] = {}
+_history_cache: list[Any] = []
 _declared_classes: set[str] = set()
 
 
-def cost_model(device_class: str) -> CostModel:
-    """The class's cost model from the global table, deserialised once per version."""
+def cost_model(device_class: str) -> CostModel | None:
+    """The class's learned cost model, deserialised once per version; None while the class has
+    none (the policy then falls back on its roofline prior and says so)."""
     stored = models.get(device_class)
     if not stored:
-        cached = _model_cache.get(device_class)
-        if cached is None or cached[0] != -1:
-            cached = (-1, CostModel.for_class(device_class))
-            _model_cache[device_class] = cached
-        return cached[1]
+        return None
     version = int(stored.get("version", 0))
     cached = _model_cache.get(device_class)
     if cached is None or cached[0] != version:
@@ -71,12 +70,17 @@ def cost_model(device_class: str) -> CostModel:
 
 
 def history_model(device_classes: list[str]) -> HistoryModel:
-    """The StarPU-style history of the given classes (the dmda baseline reads it)."""
+    """The StarPU-style history of the given classes (the dmda baseline reads it), rebuilt
+    only when a class's stored history changed."""
+    versions = tuple((c, int((history.get(c) or {}).get("version", -1))) for c in device_classes)
+    if _history_cache and _history_cache[0] == versions:
+        return _history_cache[1]
     merged = HistoryModel()
     for device_class in device_classes:
         stored = history.get(device_class)
         if stored:
             merged.merge(HistoryModel.from_dict(stored))
+    _history_cache[:] = [versions, merged]
     return merged
 
 
@@ -116,8 +120,9 @@ async def route(workload: Workload, partition: int, attempt: int = 1) -> Decisio
     if not candidates:
         return None
     names = sorted({c.device_class for c in candidates})
+    learned = {c: m for c in names if (m := cost_model(c)) is not None}
     decision = policy.decide(
-        workload, candidates, {c: cost_model(c) for c in names},
+        workload, candidates, learned,
         history_model(names) if policy.name == "dmda" else None, rng,
     )
     decided_at = now_ms()

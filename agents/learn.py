@@ -95,7 +95,7 @@ async def learn(stream: Any) -> None:
                 history[device_class] = hist.to_dict()
             observability.inc("switchyard_metrics_learned_total", len(class_rows),
                               device_class=device_class)
-            error = model.error_summary().get("median")
-            if isinstance(error, int | float):
-                observability.set_gauge("switchyard_model_error_ratio", float(error),
+            error_pct = model.error_summary().get("median_ape")
+            if isinstance(error_pct, int | float):
+                observability.set_gauge("switchyard_model_error_ratio", float(error_pct) / 100.0,
                                         device_class=device_class)

@@ -72,7 +72,7 @@ def candidates_for(workload: Workload, classes: Mapping[str, ClassView],
     """
     kind = workload.op.kind
     allowed = set(workload.precisions)
-    out = []
+    out: list[Candidate] = []
     for device_class in sorted(classes):
         view = classes[device_class]
         variants = sorted((precision, mode) for cap_kind, precision, mode in view.capabilities

@@ -51,6 +51,9 @@ async def complete(stream: Any) -> None:
             continue
         if outcome.id.encode() in completed:
             observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
+            if inflight.get(outcome.id):
+                # the result was published but a crash lost the in-flight clean-up: do it now
+                close_inflight(outcome, inflight[outcome.id], event.message.partition)
             continue
         entry = inflight.get(outcome.id)
         if entry:
@@ -59,17 +62,22 @@ async def complete(stream: Any) -> None:
         completed[outcome.id.encode()] = outcome  # the changelog write *is* the result on the topic
         observability.inc("switchyard_results_total", device_class=outcome.device_class,
                           status=outcome.status)
-        if not entry:
-            continue
-        del inflight[outcome.id]
-        key = f"{entry['device_class']}#{entry.get('partition', event.message.partition)}"
-        held = backlog.get(key) or {"ms": 0.0, "count": 0}
-        backlog[key] = {"ms": max(0.0, float(held["ms"]) - float(entry.get("predicted_ms", 0))),
-                        "count": max(0, int(held["count"]) - 1)}
-        slot = entry.get("slot")
-        if slot:
-            recent = decisions.get(slot)
-            if recent and recent.get("id") == outcome.id:
-                decisions[slot] = {**recent, "measured_ms": outcome.latency_ms,
-                                   "queue_ms": outcome.queue_ms, "status": outcome.status,
-                                   "device_id": outcome.device_id, "completed_at_ms": now_ms()}
+        if entry:
+            close_inflight(outcome, entry, event.message.partition)
+
+
+def close_inflight(outcome: ResultRecord, entry: dict[str, Any], partition: int) -> None:
+    """Forget a finished workload: in-flight entry, backlog, and the measured time on its
+    recent decision."""
+    del inflight[outcome.id]
+    key = f"{entry['device_class']}#{entry.get('partition', partition)}"
+    held = backlog.get(key) or {"ms": 0.0, "count": 0}
+    backlog[key] = {"ms": max(0.0, float(held["ms"]) - float(entry.get("predicted_ms", 0))),
+                    "count": max(0, int(held["count"]) - 1)}
+    slot = entry.get("slot")
+    if slot:
+        recent = decisions.get(slot)
+        if recent and recent.get("id") == outcome.id:
+            decisions[slot] = {**recent, "measured_ms": outcome.latency_ms,
+                               "queue_ms": outcome.queue_ms, "status": outcome.status,
+                               "device_id": outcome.device_id, "completed_at_ms": now_ms()}

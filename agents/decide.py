@@ -146,7 +146,12 @@ async def route(workload: Workload, partition: int, attempt: int = 1) -> Decisio
     if decision.device_class not in _declared_classes:
         await topic.maybe_declare()  # a class's route topic is created when it first appears
         _declared_classes.add(decision.device_class)
-    await topic.send(key=workload.id, value=record.dumps())
+    # Wait for the broker's ack before remembering the workload as in flight: were the in-flight
+    # entry to reach its changelog and the route be lost in a crash, the workload would be
+    # taken for a duplicate after the restart and never run. The other order risks only a
+    # second route, whose result the complete stage suppresses.
+    delivery = await topic.send(key=workload.id, value=record.dumps())
+    await delivery
     slot = record_decision(partition, {
         "id": workload.id, "device_class": decision.device_class,
         "variant": record.variant, "predicted_ms": record.predicted_ms,

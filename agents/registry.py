@@ -11,7 +11,7 @@ from app import observability
 from app.main import app, settings, topics
 from app.records import HeartbeatRecord
 from app.streaming import dead_letter, event_context, now_ms
-from app.tables import devices, inflight
+from app.tables import backlog, devices, inflight
 from models.registry import live_classes
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,16 @@ def live_view() -> dict:
     return live_classes(devices.values(), now_ms(), settings.device_timeout_s)
 
 
+def stranded_classes(live: dict) -> set[str]:
+    """Classes with routed, unfinished work (per the backlog table) and no live device."""
+    stranded = set()
+    for key, entry in backlog.items():
+        device_class = str(key).rpartition("#")[0]
+        if entry and int(entry.get("count", 0)) > 0 and device_class not in live:
+            stranded.add(device_class)
+    return stranded
+
+
 _last_reroute_sent: dict[str, float] = {}
 
 
@@ -76,6 +86,8 @@ async def reroute_dead_classes() -> None:
                                 device_class=device_class)
     if not classes:
         return  # nowhere to go; the work waits for a device to come back
+    if not stranded_classes(classes):
+        return  # the common case: no dead class holds work, so no scan of the in-flight table
     grace_ms = settings.device_timeout_s * 1000.0
     now = now_ms()
     sent = 0

@@ -53,6 +53,13 @@ def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
         producer_acks=-1,
         # A short commit interval bounds the work redone after a crash.
         broker_commit_interval=1.0,
+        # A worker killed without leaving the group holds its partitions until its session
+        # times out: Faust's 60 s default was most of the recovery time after kill -9
+        # (tests/reliability/test_worker_crash.py). Heartbeats come from Faust's consumer
+        # thread, so a busy event loop does not expire the session; 15 s leaves room for a
+        # loaded 2-core machine.
+        broker_session_timeout=15.0,
+        broker_heartbeat_interval=3.0,
         web_port=settings.web_port,
         web_bind=settings.web_bind,
         web_host=settings.web_bind,

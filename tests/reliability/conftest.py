@@ -1,0 +1,57 @@
+"""Fixtures of the reliability suite: the scale of each form, a work directory, and the
+skipping of long forms (``@pytest.mark.slow``) unless SWITCHYARD_RELIABILITY_LONG=1.
+
+Long forms run from ``python -m bench.reliability``, which also regenerates RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LONG_MODE = os.environ.get("SWITCHYARD_RELIABILITY_LONG", "") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the long forms unless the long mode was asked for."""
+    if LONG_MODE:
+        return
+    skip = pytest.mark.skip(reason="long form: set SWITCHYARD_RELIABILITY_LONG=1 "
+                                   "(or run `python -m bench.reliability`)")
+    here = Path(__file__).parent
+    for item in items:
+        if "slow" in item.keywords and Path(str(item.fspath)).parent == here:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def workdir(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A directory for one scenario's process logs and worker state, removed on success.
+
+    Outside pytest's own temporary directories, which other sessions' runs rotate away: a
+    failed scenario's logs stay under SWITCHYARD_RELIABILITY_WORKDIR (/tmp/sy-reliability).
+    """
+    base = Path(os.environ.get("SWITCHYARD_RELIABILITY_WORKDIR", "/tmp/sy-reliability"))
+    name = request.node.name.replace("[", "-").replace("]", "")
+    path = base / f"{name}-{time.strftime('%H%M%S')}"
+    path.mkdir(parents=True, exist_ok=True)
+    yield path
+    if not getattr(request.node, "failed", False):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        print(f"\nlogs kept in {path}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Remember a failure on the item, so ``workdir`` keeps the logs for a post-mortem."""
+    report = yield
+    if report.failed:
+        item.failed = True  # type: ignore[attr-defined]
+    return report
+

@@ -1,0 +1,92 @@
+"""Worker crash: ``kill -9`` the Faust worker mid-trace and restart it on the same data dir.
+
+Every workload must end with exactly one result on switchyard.results, and the worker's state
+must come back from its changelogs: devices, windows, and cost models that carry on rather than
+start cold. The recovery time is reported.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from app.local import LocalCluster
+from tests.reliability.harness import (
+    SCALES,
+    Load,
+    Scale,
+    TopicWatcher,
+    alive_check,
+    assert_exactly_once,
+    crashed_agents,
+    ledger,
+    model_samples,
+    new_cluster,
+    record_figures,
+    start_executors,
+    topic_names,
+    wait_all_results,
+    workloads,
+)
+
+pytestmark = pytest.mark.kafka
+
+
+def _state(cluster: LocalCluster) -> dict[str, Any]:
+    """What the web view says about the recovered tables."""
+    return {
+        "models": model_samples(cluster),
+        "devices": sorted(d["device_id"] for d in cluster.api("/api/devices")["devices"]),
+        "windows": sorted({(w["device_class"], w["op_kind"])
+                           for w in cluster.api("/api/windows")["windows"]}),
+    }
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_worker_kill9_mid_trace_loses_and_duplicates_nothing(broker, workdir, scale: Scale):
+    """kill -9 at a third of the trace; restart; every id has one result; state recovered."""
+    cluster = new_cluster(workdir, broker)
+    names = topic_names(cluster.namespace)
+    with cluster:
+        worker = cluster.start_worker()
+        executors = start_executors(cluster, ["h100", "a100"])
+        cluster.wait_ready(worker, 240)
+        cluster.wait_devices([p.name for p in executors], 120)
+        watcher = TopicWatcher(broker, [names["results"], names["outcomes"]]).start()
+        load = Load(broker, names["workloads"], workloads(scale.workloads, "crash-"),
+                    scale.rate, duplicate_every=25).start()
+        try:
+            watcher.wait(lambda: len(watcher.key_counts(names["results"])) >= scale.workloads // 3,
+                         180, "a third of the results", alive_check(worker, *executors))
+            before = _state(cluster)
+            cluster.kill(worker)  # SIGKILL: no shutdown, no final commit, no flush
+            killed_at = time.monotonic()
+            done_at_kill = set(watcher.key_counts(names["results"]))
+            restarted = cluster.start_worker()  # same name: same data dir and web port
+            cluster.wait_ready(restarted, 240)
+            ready_s = time.monotonic() - killed_at
+            after = _state(cluster)
+            load.join(scale.workloads / scale.rate + 240)
+            sent_ids = set(load.send_counts)
+            wait_all_results(watcher, names, sent_ids, 240, broker, cluster.app_id,
+                             alive_check(restarted, *executors))
+            book = ledger(load, watcher, names)
+        finally:
+            load.close()
+            watcher.close()
+        next_result_s = min(r.seen_at for r in watcher.records(names["results"])
+                            if r.key not in done_at_kill) - killed_at
+        record_figures("worker_crash", scale, {
+            **book.figures(), "kill_to_ready_s": round(ready_s, 1),
+            "kill_to_next_result_s": round(next_result_s, 1),
+            "models_before": before["models"], "models_after_restart": after["models"],
+        })
+        assert_exactly_once(book)
+        for device_class, samples in before["models"].items():
+            assert after["models"].get(device_class, 0) >= samples > 0, (
+                f"{device_class}'s model restarted cold: {before['models']} -> {after['models']}")
+        assert set(before["devices"]) <= set(after["devices"])
+        assert set(before["windows"]) <= set(after["windows"])
+        assert not crashed_agents(restarted.log_tail(10**7))

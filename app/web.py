@@ -1,102 +1,197 @@
-"""The read-only web view of the worker's tables (Faust web)."""
+"""The read-only web view of the worker's tables (Faust web): JSON API, /metrics, dashboard.
+
+| route | answers from | partitioned? |
+|---|---|---|
+| ``/`` | the dashboard (``app/static/index.html``), which polls the routes below | |
+| ``/api/health`` | this worker's consumer and recovery state | |
+| ``/api/devices`` | ``devices`` (global table: every worker has every row) | no |
+| ``/api/models`` | ``models`` (global) | no |
+| ``/api/windows`` | ``window_tumbling``, ``window_hopping`` | by device class |
+| ``/api/decisions`` | ``decisions`` (rings of recent decisions) | by workload id |
+| ``/api/dashboard`` | all of the above, shaped for the charts | |
+| ``/metrics`` | process counters plus gauges read from the tables at scrape time | |
+
+A partitioned table holds only this worker's partitions. Answers are *scattered and gathered*:
+the worker asks every other worker that owns partitions of the table (Faust's assignor knows
+them and their web URLs) for its part (``?scope=local``) and merges. Faust's
+``app.table_route`` is not used: it forwards a request for *one key* to its owner, and these
+views are aggregates over all keys. With one worker no request leaves the process.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 from faust import web
 
-from app import observability
+from app import observability, webviews
 from app.main import app, settings
 from app.streaming import now_ms
-from app.tables import decisions, devices, hopping, models, tumbling
-from models.registry import device_is_live
+from app.tables import backlog, decisions, devices, hopping, inflight, models, tumbling
 
+logger = logging.getLogger(__name__)
 blueprint = web.Blueprint("switchyard")
+STATIC_DIR = Path(__file__).parent / "static"
+# Peers answer within this or are reported as unreachable: a slow peer must not hang the view.
+PEER_TIMEOUT_S = 2.0
+DECISION_LIMIT = 100
+DASHBOARD_BUCKET_MS = 5_000
 
 
 def worker_ready() -> bool:
     """Partitions assigned, tables recovered, no rebalance under way."""
     try:
-        recovered = app.tables.recovery.completed.is_set()
+        # The table manager has a recovery service; its declared type (TableManagerT) does not.
+        recovered = app.tables.recovery.completed.is_set()  # type: ignore[attr-defined]
         assigned = bool(app.consumer.assignment())
     except Exception:  # noqa: BLE001 - not started yet
         return False
     return recovered and assigned and not app.rebalancing
 
 
+# --- reading the tables -------------------------------------------------------------------
 def devices_view() -> list[dict[str, Any]]:
-    """Every known device with its liveness."""
-    now = now_ms()
-    out = []
-    for device in devices.values():
-        if not device:
-            continue
-        live = device_is_live(device, now, settings.device_timeout_s)
-        out.append({**device, "live": live,
-                    "seen_ms_ago": now - int(device.get("last_seen_ms", now))})
-    return sorted(out, key=lambda d: (d.get("device_class", ""), d.get("device_id", "")))
+    """Every known device, live and dead, with its health."""
+    return webviews.device_rows(devices.values(), now_ms(), settings.heartbeat_interval_s,
+                                settings.device_timeout_s)
 
 
 def models_view() -> list[dict[str, Any]]:
-    """Per class: samples, running error, version (coefficients stay in the table)."""
+    """Per class: samples, running error, coefficient summary, version."""
     out = []
     for device_class, stored in models.items():
         if not stored:
             continue
-        from models.costmodel import CostModel
-
-        model = CostModel.from_dict(stored)
-        out.append({"device_class": device_class, "samples": model.samples,
-                    "version": model.version, "error": model.error_summary()})
+        try:
+            out.append(webviews.model_summary(device_class, stored))
+        except (KeyError, TypeError, ValueError) as exc:  # one bad entry must not hide the rest
+            out.append({"device_class": device_class, "invalid": str(exc)})
     return sorted(out, key=lambda m: m["device_class"])
 
 
 def windows_view() -> list[dict[str, Any]]:
-    """The latest windows per (class, op kind), tumbling and hopping."""
-    from models.sketch import WindowStats
-
-    out = []
-    for name, wrapper in (("tumbling", tumbling), ("hopping", hopping)):
-        latest: dict[str, tuple[Any, dict[str, Any]]] = {}
-        for stored_key, value in wrapper.table.items():
-            try:
-                key, (start, end) = stored_key
-            except (TypeError, ValueError):
-                continue
-            if value and (key not in latest or latest[key][0][1] < end):
-                latest[key] = ((start, end), value)
-        for key, ((start, end), value) in sorted(latest.items()):
-            device_class, _, kind = key.partition("|")
-            out.append({"window": name, "device_class": device_class, "op_kind": kind,
-                        "start": start, "end": end,
-                        **WindowStats.from_dict(value).summary()})
-    return out
+    """The latest windows per (class, op kind), tumbling and hopping, of this worker."""
+    return (webviews.latest_windows("tumbling", tumbling.table.items())
+            + webviews.latest_windows("hopping", hopping.table.items()))
 
 
-def decisions_view(limit: int = 100) -> list[dict[str, Any]]:
-    """The most recent decisions, newest first, with the measured time once known."""
-    recent = [v for k, v in decisions.items() if v and not k.endswith(":cursor")]
-    recent.sort(key=lambda d: d.get("decided_at_ms", 0), reverse=True)
-    return recent[:limit]
+def decisions_view(limit: int = DECISION_LIMIT) -> list[dict[str, Any]]:
+    """This worker's most recent decisions, newest first, with the measured time once known."""
+    return webviews.recent_decisions(decisions.items(), limit)
 
 
+# --- scatter and gather over the workers --------------------------------------------------
+def peer_urls(table_name: str) -> list[str]:
+    """Web URLs of the other workers owning partitions of ``table_name`` (none with one)."""
+    try:
+        hosts = app.router.table_metadata(table_name)
+    except Exception:  # noqa: BLE001 - no assignment yet (starting, rebalancing)
+        return []
+    own = str(app.conf.canonical_url).rstrip("/")
+    return sorted(str(url).rstrip("/") for url, partitions in hosts.items()
+                  if partitions and str(url).rstrip("/") != own)
+
+
+async def _fetch(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url) as response:
+        response.raise_for_status()
+        return await response.json()
+
+
+async def gather(table_name: str, path: str, field: str, local: list[Any],
+                 ) -> tuple[list[Any], list[str]]:
+    """``local`` plus the ``field`` lists the peers owning ``table_name`` answer at ``path``;
+    also the peers that did not answer (their part is missing, and the answer says so)."""
+    peers = peer_urls(table_name)
+    if not peers:
+        return local, []
+    timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)
+    sep = "&" if "?" in path else "?"
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        answers = await asyncio.gather(
+            *(_fetch(session, f"{peer}{path}{sep}scope=local") for peer in peers),
+            return_exceptions=True)
+    rows, unreachable = list(local), []
+    for peer, answer in zip(peers, answers, strict=True):
+        if isinstance(answer, BaseException) or not isinstance(answer, dict):
+            logger.warning("web view: peer %s did not answer %s: %s", peer, path, answer)
+            unreachable.append(peer)
+        else:
+            rows.extend(answer.get(field) or [])
+    return rows, unreachable
+
+
+def _local_only(request: web.Request) -> bool:
+    return request.query.get("scope") == "local"
+
+
+def _limit(request: web.Request, default: int = DECISION_LIMIT) -> int:
+    try:
+        return max(1, min(5000, int(request.query.get("limit", default))))
+    except ValueError:
+        return default
+
+
+# --- /metrics gauges read from the tables -------------------------------------------------
+def refresh_table_gauges() -> None:
+    """Set the gauges that describe table state, just before a scrape."""
+    observability.set_gauge("switchyard_worker_ready", 1.0 if worker_ready() else 0.0)
+    rows = devices_view()
+    live: dict[observability.Labels, float] = {}
+    known: dict[observability.Labels, float] = {}
+    for row in rows:
+        device_class = str(row.get("device_class"))
+        live.setdefault((("device_class", device_class),), 0.0)
+        live[(("device_class", device_class),)] += 1.0 if row["live"] else 0.0
+        key = (("device_class", device_class), ("health", row["health"]))
+        known[key] = known.get(key, 0.0) + 1.0
+    observability.replace_gauge("switchyard_live_devices", live)
+    observability.replace_gauge("switchyard_devices", known)
+    errors: dict[observability.Labels, float] = {}
+    samples: dict[observability.Labels, float] = {}
+    for summary in models_view():
+        label = (("device_class", summary["device_class"]),)
+        if summary.get("error_ratio") is not None:
+            errors[label] = summary["error_ratio"]
+        if "samples" in summary:
+            samples[label] = float(summary["samples"])
+    observability.replace_gauge("switchyard_model_error_ratio", errors)
+    observability.replace_gauge("switchyard_model_samples", samples)
+    queued = webviews.backlog_by_class(backlog.items())
+    seconds: dict[observability.Labels, float] = {}
+    counts: dict[observability.Labels, float] = {}
+    for device_class, held in queued.items():
+        seconds[(("device_class", device_class),)] = held["ms"] / 1000.0
+        counts[(("device_class", device_class),)] = float(held["count"])
+    observability.replace_gauge("switchyard_backlog_seconds", seconds)
+    observability.replace_gauge("switchyard_inflight_workloads", counts)
+
+
+# --- routes -----------------------------------------------------------------------------------
 @blueprint.route("/api/health", name="health")
 class Health(web.View):
-    """Liveness and readiness of the worker."""
+    """Liveness and readiness of the worker (``ready``: partitions assigned, tables recovered)."""
 
     async def get(self, request: web.Request) -> web.Response:
         ready = worker_ready()
-        body: dict[str, Any] = {"status": "ok" if ready else "starting", "ready": ready,
-                                "app": app.conf.id, "time_ms": now_ms(),
-                                "deadletters": observability.counter_value(
-                                    "switchyard_deadletters_total")}
-        return self.json(body)
+        try:
+            assigned = len(app.consumer.assignment())
+        except Exception:  # noqa: BLE001 - not started yet
+            assigned = 0
+        return self.json({
+            "status": "ok" if ready else "starting", "ready": ready, "app": app.conf.id,
+            "time_ms": now_ms(), "assigned_partitions": assigned,
+            "deadletters": observability.counter_value("switchyard_deadletters_total"),
+        })
 
 
 @blueprint.route("/api/devices", name="devices")
 class Devices(web.View):
-    """Live and dead devices."""
+    """Live and dead devices: class, runtime, health, queue depth, power."""
 
     async def get(self, request: web.Request) -> web.Response:
         return self.json({"devices": devices_view()})
@@ -104,7 +199,7 @@ class Devices(web.View):
 
 @blueprint.route("/api/models", name="models")
 class Models(web.View):
-    """The cost models per device class."""
+    """The cost model of each device class, summarised."""
 
     async def get(self, request: web.Request) -> web.Response:
         return self.json({"models": models_view()})
@@ -112,27 +207,100 @@ class Models(web.View):
 
 @blueprint.route("/api/windows", name="windows")
 class Windows(web.View):
-    """The latest metric windows."""
+    """The latest metric windows per (class, op kind), from every worker."""
 
     async def get(self, request: web.Request) -> web.Response:
-        return self.json({"windows": windows_view()})
+        rows, unreachable = windows_view(), list[str]()
+        if not _local_only(request):
+            rows, unreachable = await gather(tumbling.table.name, "/api/windows", "windows",
+                                             rows)
+        return self.json({"windows": rows, "unreachable": unreachable})
 
 
 @blueprint.route("/api/decisions", name="decisions")
 class Decisions(web.View):
-    """Recent decisions with predicted and measured times."""
+    """Recent decisions (newest first) with predicted and measured times, from every worker."""
 
     async def get(self, request: web.Request) -> web.Response:
-        return self.json({"decisions": decisions_view()})
+        limit = _limit(request)
+        rows, unreachable = decisions_view(limit), list[str]()
+        if not _local_only(request):
+            rows, unreachable = await gather(decisions.name, f"/api/decisions?limit={limit}",
+                                             "decisions", rows)
+            rows = webviews.recent_decisions(((str(i), d) for i, d in enumerate(rows)), limit)
+        return self.json({"decisions": rows, "unreachable": unreachable})
+
+
+@blueprint.route("/api/dashboard", name="dashboard_data")
+class DashboardData(web.View):
+    """What the dashboard's charts plot, in one document."""
+
+    async def get(self, request: web.Request) -> web.Response:
+        window_s = settings.tumbling_window_s
+        series = webviews.class_window_series(tumbling.table.items(), window_s)
+        recent = decisions_view(5000)
+        if _local_only(request):  # this worker's part, for the worker gathering the parts
+            return self.json({"parts": [{"window_series": series, "decisions": recent}]})
+        parts, unreachable = await gather(decisions.name, "/api/dashboard", "parts",
+                                          [{"window_series": series, "decisions": recent}])
+        merged_series: dict[str, Any] = {}
+        merged_decisions: list[dict[str, Any]] = []
+        for part in parts:
+            merged_series.update(part.get("window_series") or {})
+            merged_decisions.extend(part.get("decisions") or [])
+        queued = webviews.backlog_by_class(backlog.items())
+        # The oldest unfinished work first: what an operator looks at when something is stuck.
+        unfinished = sorted(({"id": k, "device_class": v.get("device_class"),
+                              "decided_at_ms": v.get("decided_at_ms"),
+                              "attempt": v.get("attempt")} for k, v in inflight.items() if v),
+                            key=lambda e: e["decided_at_ms"] or 0)
+        return self.json({
+            "time_ms": now_ms(), "ready": worker_ready(), "window_s": window_s,
+            "bucket_s": DASHBOARD_BUCKET_MS / 1000.0,
+            "window_series": merged_series,
+            "decision_series": webviews.decision_series(merged_decisions, DASHBOARD_BUCKET_MS),
+            "model_error": webviews.decision_error_by_class(merged_decisions),
+            "backlog": queued, "inflight": len(unfinished), "inflight_oldest": unfinished[:10],
+            "totals": {
+                "decisions": observability.counter_value("switchyard_decisions_total"),
+                "results": observability.counter_by("switchyard_results_total", "status"),
+                "deadletters": observability.counter_value("switchyard_deadletters_total"),
+                "duplicates": observability.counter_value(
+                    "switchyard_duplicates_suppressed_total"),
+                "reroutes": observability.counter_value("switchyard_reroutes_total"),
+            },
+            "unreachable": unreachable,
+        })
 
 
 @blueprint.route("/metrics", name="metrics")
 class Metrics(web.View):
-    """Prometheus text exposition."""
+    """Prometheus text exposition (format 0.0.4)."""
 
     async def get(self, request: web.Request) -> web.Response:
+        refresh_table_gauges()
         return self.text(observability.render_prometheus(),
                          content_type="text/plain; version=0.0.4")
 
 
+@blueprint.route("/", name="index")
+class Index(web.View):
+    """The dashboard page; its script and chart library are under /static/."""
+
+    async def get(self, request: web.Request) -> web.Response:
+        return self.html((STATIC_DIR / "index.html").read_text(encoding="utf-8"))
+
+
+def _drop_faust_index() -> None:
+    """Faust mounts a ``{"status": "OK"}`` page at ``/`` (its production index) before any
+    blueprint of ours, and the first route wins: take it out so ``/`` is the dashboard.
+    BlueprintManager has no public way to remove one; the test of ``/`` catches a change."""
+    enabled = getattr(app.web.blueprints, "_enabled", None)
+    if isinstance(enabled, list):
+        enabled[:] = [(prefix, bp) for prefix, bp in enabled
+                      if bp != "faust.web.apps.production_index:blueprint"]
+
+
+blueprint.static("/static/", STATIC_DIR, name="static")
+_drop_faust_index()
 app.web.blueprints.add("", blueprint)

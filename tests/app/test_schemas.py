@@ -1,0 +1,169 @@
+"""The JSON Schemas shipped in app/schemas/: valid, in step with the wire records, and strict
+enough to reject what the stages reject. Real messages are checked in
+tests/integration/test_contract_messages.py."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+
+from app.records import DeadLetterRecord, HeartbeatRecord, MetricRecord, ResultRecord, RouteRecord
+from models.ops import SPEC_CLASSES, parse_op
+from models.traces import synthetic_trace
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "app" / "schemas"
+TOPICS = ("workloads", "routes", "metrics", "heartbeats", "results", "deadletter", "outcomes")
+RECORDS = {"routes": RouteRecord, "metrics": MetricRecord, "heartbeats": HeartbeatRecord,
+           "results": ResultRecord, "outcomes": ResultRecord, "deadletter": DeadLetterRecord}
+
+
+def schema(topic: str) -> dict[str, Any]:
+    return json.loads((SCHEMAS / f"{topic}.schema.json").read_text())
+
+
+def validator(topic: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(schema(topic))
+
+
+def valid(topic: str, message: dict[str, Any]) -> bool:
+    return validator(topic).is_valid(message)
+
+
+@pytest.mark.parametrize("topic", TOPICS)
+def test_every_topic_has_a_valid_2020_12_schema(topic: str) -> None:
+    document = schema(topic)
+    jsonschema.Draft202012Validator.check_schema(document)
+    assert document["$schema"].endswith("2020-12/schema")
+    assert document["$id"].endswith(f"/{topic}.schema.json")
+    assert document["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("topic", sorted(RECORDS))
+def test_schema_properties_match_the_wire_record(topic: str) -> None:
+    record = RECORDS[topic]
+    fields = record._options.fields  # every annotated field, defaults included
+    document = schema(topic)
+    assert set(document["properties"]) == set(fields)
+    required_in_record = {name for name in fields if name not in record._options.defaults}
+    assert set(document["required"]) == required_in_record
+
+
+def test_route_embeds_exactly_the_workload_schema() -> None:
+    workload = {k: v for k, v in schema("workloads").items()
+                if k not in ("$schema", "$id", "title", "description", "$defs")}
+    assert schema("routes")["$defs"]["workload"] == workload
+    for name, definition in schema("workloads")["$defs"].items():
+        assert schema("routes")["$defs"][name] == definition
+
+
+def test_every_op_kind_has_a_definition_with_the_specs_fields() -> None:
+    defs = schema("workloads")["$defs"]
+    for kind, cls in SPEC_CLASSES.items():
+        properties = defs[f"op_{kind}"]["properties"]
+        assert set(properties) == {"kind"} | {f.name for f in dataclasses.fields(cls)}
+
+
+def test_synthetic_workloads_validate() -> None:
+    for workload in synthetic_trace(200, seed=3, precisions=("fp32", "bf16", "int8")):
+        assert valid("workloads", workload), workload
+
+
+def tensor(array: np.ndarray) -> dict[str, Any]:
+    return {"dtype": str(array.dtype), "shape": list(array.shape),
+            "data_b64": base64.b64encode(array.astype("<f4").tobytes()).decode()}
+
+
+def test_a_workload_with_inline_inputs_validates() -> None:
+    workload = {"id": "inline-1", "op": {"kind": "matmul", "m": 2, "k": 3, "n": 2},
+                "precisions": ["fp32", "tf32"], "objective": {"latency": 1, "energy": 0.5},
+                "deadline_ms": 10, "return_output": True,
+                "inputs": {"a": tensor(np.ones((2, 3), np.float32)),
+                           "b": tensor(np.ones((3, 2), np.float32))}}
+    assert valid("workloads", workload)
+
+
+BASE_WORKLOAD = {"id": "w1", "op": {"kind": "softmax", "rows": 4, "dim": 8}}
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"id": ""}, "empty id"),
+    ({"id": "has space"}, "id outside the alphabet"),
+    ({"op": {"kind": "fft", "n": 8}}, "unknown op kind"),
+    ({"op": {"kind": "softmax", "rows": 0, "dim": 8}}, "zero dimension"),
+    ({"op": {"kind": "softmax", "rows": 4, "dim": 8, "extra": 1}}, "unknown op field"),
+    ({"op": {"kind": "softmax", "rows": 4}}, "missing op field"),
+    ({"precisions": []}, "no precision"),
+    ({"precisions": ["fp64"]}, "unknown precision"),
+    ({"objective": "speed"}, "unknown objective"),
+    ({"deadline_ms": 0}, "zero deadline"),
+    ({"pickle": "gASV"}, "unknown field"),
+    ({"inputs": {"x": {"dtype": "int64", "shape": [4, 8], "data_b64": ""}}}, "bad dtype"),
+])
+def test_bad_workloads_are_rejected(change: dict[str, Any], why: str) -> None:
+    assert valid("workloads", BASE_WORKLOAD)
+    assert not valid("workloads", {**BASE_WORKLOAD, **change}), why
+
+
+def route_record() -> dict[str, Any]:
+    workload = synthetic_trace(1, seed=1)[0]
+    return json.loads(RouteRecord(
+        id=workload["id"], workload=workload, device_class="torch-cpu-x86",
+        variant={"precision": "fp32", "mode": "eager"}, predicted_ms=1.5, predicted_std_ms=0.2,
+        reason="explore", model_version=3, decided_at_ms=1_800_000_000_000,
+    ).dumps())
+
+
+def result_record(**change: Any) -> dict[str, Any]:
+    base = ResultRecord(id="w1", status="ok", device_id="host-torch-cpu-1",
+                        device_class="torch-cpu-x86", variant={"precision": "fp32",
+                                                               "mode": "eager"},
+                        latency_ms=0.5, queue_ms=2.0, checksum="sha256:" + "0" * 64)
+    return {**json.loads(base.dumps()), **change}
+
+
+def test_records_as_the_stages_write_them_validate() -> None:
+    assert valid("routes", route_record())
+    assert valid("results", result_record())
+    assert valid("outcomes", result_record(status="error", checksum=None, error="boom"))
+    op = parse_op({"kind": "matmul", "m": 8, "k": 8, "n": 8})
+    metric = json.loads(MetricRecord(
+        workload_id="w1", device_id="d1", device_class="numpy-cpu-x86", runtime="numpy",
+        op=op.to_dict(), variant={"precision": "fp32", "mode": "eager"}, flops=op.flops(),
+        bytes_moved=op.bytes_moved("fp32"), status="ok", queue_ms=0.0, exec_ms=0.1,
+        started_at_ms=1, finished_at_ms=2).dumps())
+    assert valid("metrics", metric)
+    heartbeat = json.loads(HeartbeatRecord(
+        device_id="d1", device_class="numpy-cpu-x86", runtime="numpy", device="cpu",
+        capabilities=[["matmul", "fp32", "eager"]], queue_depth=0, sent_at_ms=5,
+        started_at_ms=1).dumps())
+    assert valid("heartbeats", heartbeat)
+    dead = json.loads(DeadLetterRecord(topic="t", partition=0, offset=7, reason="not JSON",
+                                       raw_b64="eA==", stage="decide", rejected_at_ms=1).dumps())
+    assert valid("deadletter", dead)
+
+
+@pytest.mark.parametrize(("topic", "message"), [
+    ("results", result_record(status="maybe")),
+    ("results", result_record(checksum="md5:abc")),
+    ("results", result_record(latency_ms=-1)),
+    ("results", {k: v for k, v in result_record().items() if k != "device_id"}),
+    ("routes", {**route_record(), "reason": "guess"}),
+    ("routes", {**route_record(), "device_class": "Torch CPU"}),
+])
+def test_bad_records_are_rejected(topic: str, message: dict[str, Any]) -> None:
+    assert not valid(topic, message)
+
+
+def test_route_with_a_workload_the_decider_would_reject_is_invalid() -> None:
+    route = route_record()
+    broken = copy.deepcopy(route)
+    broken["workload"]["op"]["kind"] = "fft"
+    assert valid("routes", route) and not valid("routes", broken)

@@ -26,7 +26,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from app.admin import ensure_topics
 from app.local import LocalCluster, Proc
+from app.settings import Settings
 from models.traces import synthetic_trace
 
 FIGURES_ENV = "SWITCHYARD_RELIABILITY_FIGURES"
@@ -202,6 +204,9 @@ class TopicWatcher(Background):
         self._lock = threading.Lock()
 
     async def run(self) -> None:
+        # Route topics appear when a class is first chosen; create the ones not there yet with
+        # the partition count the system would give them, so the watcher can start now.
+        await ensure_topics(Settings(broker=self.broker), {t: 4 for t in self.topics})
         consumer = AIOKafkaConsumer(*self.topics, bootstrap_servers=self.broker, group_id=None,
                                     auto_offset_reset="earliest", enable_auto_commit=False,
                                     metadata_max_age_ms=2000, max_partition_fetch_bytes=16 << 20)

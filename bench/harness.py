@@ -1,0 +1,212 @@
+"""Drive the real pipeline for a benchmark: a fresh local cluster (worker + executor processes
+in their own topic namespace), a trace produced at Poisson arrival times, and every result
+collected with the time it arrived — by a consumer that runs *while* the trace is produced,
+so completion times are not inflated by collecting afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from app.local import LocalCluster
+
+logger = logging.getLogger(__name__)
+BROKER = "127.0.0.1:9092"
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """``count`` executor processes of one runtime/device (sim devices: a catalog name)."""
+
+    runtime: str
+    device: str = "cpu"
+    count: int = 1
+    threads: int | None = 1
+    drift: str | None = None
+    slowdown_file: Path | None = None
+
+    def label(self) -> str:
+        return f"{self.count}x {self.runtime}:{self.device}"
+
+
+def topic(namespace: str, name: str) -> str:
+    """A contract topic's name in ``namespace`` (the driver never imports app.topics, whose
+    names are fixed at import from the environment)."""
+    return f"{namespace}switchyard.{name}"
+
+
+@dataclass
+class Cluster:
+    """A started cluster and the ids of its executors."""
+
+    local: LocalCluster
+    device_ids: list[str]
+    startup_s: float
+
+    @property
+    def namespace(self) -> str:
+        return self.local.namespace
+
+    def stop(self) -> None:
+        self.local.stop()
+
+
+def start_cluster(workdir: Path, fleet: Sequence[ExecutorSpec], env: dict[str, str],
+                  timeout_s: float = 240.0) -> Cluster:
+    """Start a worker and the fleet in a fresh namespace; return once every device is live."""
+    started = time.monotonic()
+    local = LocalCluster.isolated(workdir / uuid.uuid4().hex[:8], broker=BROKER, **env)
+    worker = local.start_worker()
+    ids = []
+    try:
+        for spec in fleet:
+            for i in range(spec.count):
+                proc = local.start_executor(
+                    spec.runtime, spec.device, threads=spec.threads,
+                    device_id=f"{spec.runtime}-{spec.device.replace(':', '')}-{i}",
+                    slowdown_file=spec.slowdown_file, drift=spec.drift)
+                ids.append(proc.name)
+        local.wait_ready(worker, timeout_s)
+        local.wait_devices(ids, timeout_s)
+    except BaseException:
+        local.stop()
+        raise
+    return Cluster(local, ids, time.monotonic() - started)
+
+
+@dataclass
+class Run:
+    """What came back from one driven trace. Times are wall-clock ms of this process
+    (``sent``/``received``) or Kafka record timestamps (``*_ts``)."""
+
+    sent: dict[str, float] = field(default_factory=dict)
+    workload_ts: dict[str, int] = field(default_factory=dict)
+    received: dict[str, float] = field(default_factory=dict)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    result_ts: dict[str, int] = field(default_factory=dict)
+    route_ts: dict[str, int] = field(default_factory=dict)
+    route_class: dict[str, str] = field(default_factory=dict)
+    started_ms: float = 0.0
+    last_sent_ms: float = 0.0
+
+    def completion_ms(self, workload_id: str) -> float:
+        """Produced → result received by this client."""
+        return self.received[workload_id] - self.sent[workload_id]
+
+
+def _now_ms() -> float:
+    return time.time_ns() / 1e6
+
+
+async def _tail_consumer(topics: Sequence[str]) -> AIOKafkaConsumer:
+    """A group-less consumer assigned to every partition of ``topics``, at their ends."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=BROKER, enable_auto_commit=False,
+                                group_id=None, fetch_max_wait_ms=20)
+    await consumer.start()
+    await consumer._client.force_metadata_update()
+    assignment = [TopicPartition(t, p) for t in topics
+                  for p in sorted(consumer.partitions_for_topic(t) or {0})]
+    consumer.assign(assignment)
+    ends = await consumer.end_offsets(assignment)
+    for tp in assignment:
+        consumer.seek(tp, ends[tp])
+    return consumer
+
+
+async def route_topics(namespace: str) -> list[str]:
+    """The route topics that exist in ``namespace``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=BROKER)
+    await admin.start()
+    try:
+        prefix = topic(namespace, "routes.")
+        return sorted(t for t in await admin.list_topics() if t.startswith(prefix))
+    finally:
+        await admin.close()
+
+
+async def drive(namespace: str, workloads: Sequence[dict[str, Any]], arrivals_s: Sequence[float],
+                drain_s: float, watch_routes: bool = False,
+                on_result: Callable[[str, dict[str, Any], float], None] | None = None) -> Run:
+    """Produce ``workloads[i]`` at ``arrivals_s[i]`` seconds from now; collect results until all
+    arrived or ``drain_s`` after the last was sent. With ``watch_routes`` the Kafka timestamp of
+    each route record is kept too (decision latency)."""
+    run = Run()
+    wanted = {str(w["id"]) for w in workloads}
+    tails = [topic(namespace, "results")]
+    if watch_routes:
+        tails += await route_topics(namespace)
+    consumer = await _tail_consumer(tails)
+    results_topic = tails[0]
+    producer = AIOKafkaProducer(bootstrap_servers=BROKER, acks="all", linger_ms=0)
+    await producer.start()
+    sending_done = asyncio.Event()
+
+    async def collect() -> None:
+        deadline = None
+        while len(run.results) < len(wanted):
+            if sending_done.is_set():
+                deadline = deadline or time.monotonic() + drain_s
+                if time.monotonic() > deadline:
+                    return
+            batch = await consumer.getmany(timeout_ms=100)
+            now = _now_ms()
+            for tp, records in batch.items():
+                for record in records:
+                    key = record.key.decode() if record.key else ""
+                    if key not in wanted or not record.value:
+                        continue
+                    if tp.topic == results_topic:
+                        if key not in run.results:
+                            run.results[key] = json.loads(record.value)
+                            run.received[key] = now
+                            run.result_ts[key] = record.timestamp
+                            if on_result is not None:
+                                on_result(key, run.results[key], now)
+                    elif key not in run.route_ts:
+                        run.route_ts[key] = record.timestamp
+                        run.route_class[key] = tp.topic.rsplit(".", 1)[-1]
+
+    collector = asyncio.create_task(collect())
+    pending = []
+    try:
+        run.started_ms = _now_ms()
+        start = time.monotonic()
+        for workload, at in zip(workloads, arrivals_s, strict=True):
+            delay = start + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent = _now_ms()
+            workload_id = str(workload["id"])
+            body = {**workload, "submitted_at_ms": int(sent)}
+            run.sent[workload_id] = sent
+            future = await producer.send(topic(namespace, "workloads"),
+                                         json.dumps(body).encode(), key=workload_id.encode())
+            pending.append((workload_id, future))
+        await producer.flush()
+        run.last_sent_ms = _now_ms()
+        for workload_id, future in pending:
+            run.workload_ts[workload_id] = (await future).timestamp
+        sending_done.set()
+        await collector
+    finally:
+        collector.cancel()
+        await producer.stop()
+        await consumer.stop()
+    return run
+
+
+def run_trace(namespace: str, workloads: Sequence[dict[str, Any]], arrivals_s: Sequence[float],
+              drain_s: float, **kwargs: Any) -> Run:
+    """`drive` from synchronous code."""
+    return asyncio.run(drive(namespace, workloads, arrivals_s, drain_s, **kwargs))

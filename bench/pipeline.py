@@ -1,0 +1,278 @@
+"""``switchyard bench pipeline``: how fast the stream stages are, on the real broker.
+
+1. Metric path: N synthetic metric records are produced into a fresh namespace's metrics topic
+   (partitioned by device class, as executors do) *before* a fresh worker starts; the worker's
+   consumer group then works through the backlog with its window and learn stages. Throughput
+   is the slope of the group's committed offsets (10 % → 90 % of N). In the same run, a raw
+   aiokafka consumer (``getmany`` + ``json.loads``) reads the same topic: the ceiling.
+2. Decide path: workloads at fixed offered loads on a worker with fast sim executors; decision
+   latency = route record timestamp − workload record timestamp (both Kafka CreateTime);
+   Kafka round trip per workload = completion − queue − execution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from app.local import LocalCluster
+from app.topics import class_partition
+from bench.common import (
+    fmt,
+    machine,
+    markdown_table,
+    pyplot,
+    save_figure,
+    section_header,
+    summarize,
+    update_benchmarks_md,
+    write_json,
+)
+from bench.harness import BROKER, ExecutorSpec, run_trace, start_cluster, topic
+from models.traces import poisson_gaps, synthetic_trace
+
+WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench")) / "pipeline"
+METRIC_PARTITIONS = 4  # the settings' default metric_partitions
+METRIC_CLASSES = ("sim-h100", "sim-l4", "sim-tpu-v5e", "sim-cpu-core", "torch-cpu-x86",
+                  "jax-cpu-x86", "numpy-cpu-x86")
+METRIC_OPS = (
+    {"kind": "matmul", "m": 128, "k": 128, "n": 128, "dtype": "float32"},
+    {"kind": "softmax", "rows": 256, "dim": 256, "dtype": "float32"},
+    {"kind": "linear", "batch": 64, "in_features": 256, "out_features": 256, "bias": True,
+     "activation": "gelu", "dtype": "float32"},
+)
+
+
+def synthetic_metric(i: int, rng: np.random.Generator) -> tuple[str, dict[str, Any]]:
+    """A well-formed execution metric (device class, record) for the metric-path test."""
+    device_class = METRIC_CLASSES[i % len(METRIC_CLASSES)]
+    now = int(time.time() * 1000)
+    return device_class, {
+        "workload_id": f"m{i}", "device_id": f"{device_class}-0", "device_class": device_class,
+        "runtime": device_class.split("-")[0], "op": METRIC_OPS[i % len(METRIC_OPS)],
+        "variant": {"precision": "fp32", "mode": "eager"}, "flops": 4.2e6, "bytes_moved": 2e5,
+        "status": "ok", "queue_ms": 0.5, "exec_ms": float(rng.lognormal(0.0, 0.3)),
+        "started_at_ms": now, "finished_at_ms": now, "energy_j": None}
+
+
+async def produce_metrics(metrics_topic: str, count: int) -> float:
+    """Create the topic and produce ``count`` metrics; returns the produce rate (per s)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=BROKER)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(metrics_topic, METRIC_PARTITIONS, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=BROKER, linger_ms=20, acks=1)
+    await producer.start()
+    rng = np.random.default_rng(0)
+    started = time.monotonic()
+    try:
+        for i in range(count):
+            device_class, record = synthetic_metric(i, rng)
+            await producer.send(metrics_topic, json.dumps(record).encode(),
+                                key=record["device_id"].encode(),
+                                partition=class_partition(device_class, METRIC_PARTITIONS))
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return count / (time.monotonic() - started)
+
+
+async def committed(group: str, metrics_topic: str) -> int:
+    """Total offset the group has committed on the metrics topic."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=BROKER)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return sum(meta.offset for tp, meta in offsets.items()
+               if tp.topic == metrics_topic and meta.offset >= 0)
+
+
+async def raw_consumer_rate(metrics_topic: str, count: int) -> float:
+    """Events/s of a bare aiokafka consumer (getmany + json.loads) reading the topic."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=BROKER, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(metrics_topic, p) for p in range(METRIC_PARTITIONS)])
+        await consumer.seek_to_beginning()
+        seen, started = 0, time.monotonic()
+        while seen < count:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            for records in batch.values():
+                for record in records:
+                    json.loads(record.value)
+                    seen += 1
+        return seen / (time.monotonic() - started)
+    finally:
+        await consumer.stop()
+
+
+def metric_path(count: int) -> dict[str, Any]:
+    """Window + learn throughput of one worker against the raw consumer, same topic."""
+    local = LocalCluster.isolated(WORKDIR / uuid.uuid4().hex[:8], broker=BROKER)
+    metrics_topic = topic(local.namespace, "metrics")
+    produce_rate = asyncio.run(produce_metrics(metrics_topic, count))
+    worker = local.start_worker()
+    samples: list[tuple[float, int]] = []
+    try:
+        local.wait_ready(worker, 240)
+        deadline = time.monotonic() + max(120.0, count / 200.0)
+        while time.monotonic() < deadline:
+            done = asyncio.run(committed(local.app_id, metrics_topic))
+            samples.append((time.monotonic(), done))
+            if done >= count:
+                break
+            time.sleep(0.2)
+        models = local.api("/api/models")
+    finally:
+        local.stop()
+    raw = asyncio.run(raw_consumer_rate(metrics_topic, count))
+    rate = slope(samples, 0.1 * count, 0.9 * count)
+    listed = models.get("models", []) if isinstance(models, dict) else models
+    learned = sum(int(m.get("samples", 0)) for m in listed if isinstance(m, dict))
+    return {"metrics": count, "produce_rate_per_s": produce_rate, "worker_rate_per_s": rate,
+            "raw_consumer_rate_per_s": raw,
+            "ratio_worker_to_raw": rate / raw if rate and raw else None,
+            "committed": samples[-1][1] if samples else 0, "learned_samples": learned,
+            "offsets_over_time": [(t - samples[0][0], n) for t, n in samples]}
+
+
+def slope(samples: list[tuple[float, int]], low: float, high: float) -> float | None:
+    """Events/s between the first samples at or past ``low`` and ``high`` committed."""
+    start = next(((t, n) for t, n in samples if n >= low), None)
+    end = next(((t, n) for t, n in samples if n >= high), None)
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    return (end[1] - start[1]) / (end[0] - start[0])
+
+
+def decide_path(rates: list[float], seconds: float) -> dict[str, Any]:
+    """Decision latency and Kafka overhead at each offered load, on one worker."""
+    fleet = [ExecutorSpec("sim", "h100", 2, threads=None), ExecutorSpec("sim", "l4", 2,
+                                                                        threads=None)]
+    cluster = start_cluster(WORKDIR, fleet, {"SWITCHYARD_POLICY": "switchyard"})
+    out: dict[str, Any] = {"fleet": [s.label() for s in fleet], "loads": {}}
+    try:
+        warm = synthetic_trace(40, seed=1, id_prefix="warm-")  # route topics exist after this
+        run_trace(cluster.namespace, warm, np.cumsum(poisson_gaps(40, 20.0)), 30.0)
+        for rate in rates:
+            count = max(20, int(rate * seconds))
+            trace = synthetic_trace(count, seed=int(rate), id_prefix=f"r{rate:g}-")
+            run = run_trace(cluster.namespace, trace, np.cumsum(poisson_gaps(count, rate)), 30.0,
+                            watch_routes=True)
+            latency = [run.route_ts[w] - run.workload_ts[w] for w in run.route_ts
+                       if w in run.workload_ts]
+            routed = sorted(run.route_ts.values())
+            ok = {w: r for w, r in run.results.items() if r.get("status") == "ok"}
+            overhead = [run.completion_ms(w) - float(r["queue_ms"]) - float(r["latency_ms"])
+                        for w, r in ok.items()]
+            out["loads"][f"{rate:g}"] = {
+                "offered_per_s": rate, "workloads": count, "routed": len(routed),
+                "results": len(run.results),
+                "decisions_per_s": (len(routed) - 1) / ((routed[-1] - routed[0]) / 1e3)
+                if len(routed) > 1 and routed[-1] > routed[0] else None,
+                "decision_latency_ms": summarize(latency),
+                "completion_ms": summarize(run.completion_ms(w) for w in run.results),
+                "execution_ms": summarize(float(r["latency_ms"]) for r in ok.values()),
+                "queue_ms": summarize(float(r["queue_ms"]) for r in ok.values()),
+                "kafka_overhead_ms": summarize(overhead)}
+            load = out["loads"][f"{rate:g}"]
+            print(f"[pipeline] offered {rate:g}/s: decisions {fmt(load['decisions_per_s'])}/s, "
+                  f"decision p50 {fmt(load['decision_latency_ms']['p50'])} ms p99 "
+                  f"{fmt(load['decision_latency_ms']['p99'])} ms, overhead p50 "
+                  f"{fmt(load['kafka_overhead_ms']['p50'])} ms", flush=True)
+    finally:
+        cluster.stop()
+    return out
+
+
+def plot(results: dict[str, Any], out_dir: Path) -> Path:
+    """Committed metric offsets over time; decision latency against offered load."""
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    points = results["metric_path"]["offsets_over_time"]
+    ax1.plot([t for t, _ in points], [n for _, n in points], marker=".")
+    ax1.set_xlabel("s since the worker was ready")
+    ax1.set_ylabel("metrics committed (window + learn)")
+    ax1.set_title(f"worker {fmt(results['metric_path']['worker_rate_per_s'], '.0f')}/s vs raw "
+                  f"consumer {fmt(results['metric_path']['raw_consumer_rate_per_s'], '.0f')}/s")
+    loads = results["decide_path"]["loads"]
+    offered = [v["offered_per_s"] for v in loads.values()]
+    for stat in ("p50", "p99"):
+        ax2.plot(offered, [v["decision_latency_ms"][stat] for v in loads.values()], marker="o",
+                 label=f"decision {stat}")
+        ax2.plot(offered, [v["kafka_overhead_ms"][stat] for v in loads.values()], marker="s",
+                 linestyle="--", label=f"Kafka round trip {stat}")
+    ax2.set_xlabel("offered workloads/s")
+    ax2.set_ylabel("ms")
+    ax2.set_yscale("log")
+    ax2.legend(fontsize=8)
+    return save_figure(fig, out_dir, "pipeline")
+
+
+def report(results: dict[str, Any], quick: bool) -> str:
+    """The BENCHMARKS.md section."""
+    command = "switchyard bench pipeline" + (" --quick" if quick else "")
+    m = results["metric_path"]
+    parts = [section_header("Pipeline throughput and latency", command, results["machine"],
+                            quick)]
+    parts.append(
+        f"**Metric path.** {m['metrics']} synthetic metrics ({len(METRIC_CLASSES)} classes, "
+        f"{METRIC_PARTITIONS} partitions) waiting in the topic when a fresh worker starts. The "
+        "worker's rate is the slope of its consumer group's committed offsets from 10 % to 90 % "
+        "(both the window and the learn stage have processed what is committed); the raw rate "
+        "is one aiokafka consumer (`getmany` + `json.loads`) reading the same topic afterwards.")
+    parts.append(markdown_table(
+        ["worker (window + learn)", "raw aiokafka consumer", "worker ÷ raw", "producer",
+         "rows learned"],
+        [[fmt(m["worker_rate_per_s"], ".0f") + " /s", fmt(m["raw_consumer_rate_per_s"], ".0f")
+          + " /s", fmt(m["ratio_worker_to_raw"], ".3f"), fmt(m["produce_rate_per_s"], ".0f")
+          + " /s", fmt(m["learned_samples"], "d")]]))
+    d = results["decide_path"]
+    parts.append(
+        f"**Decide path.** One worker (policy switchyard), fleet {', '.join(d['fleet'])} "
+        "(simulated, microsecond executions), Poisson arrivals at each offered load. Decision "
+        "latency = route record timestamp − workload record timestamp (Kafka CreateTime). Kafka "
+        "round trip = completion (produced → result received) − executor queue − execution.")
+    rows = []
+    for load in d["loads"].values():
+        dl, ko = load["decision_latency_ms"], load["kafka_overhead_ms"]
+        rows.append([f"{load['offered_per_s']:g}", fmt(load["decisions_per_s"]),
+                     fmt(dl["p50"]), fmt(dl["p99"]), fmt(ko["p50"]), fmt(ko["p99"]),
+                     fmt(load["completion_ms"]["p50"]), fmt(load["execution_ms"]["p50"], ".3f"),
+                     f"{load['results']}/{load['workloads']}"])
+    parts.append(markdown_table(
+        ["offered /s", "decisions /s", "decision p50 ms", "decision p99 ms",
+         "Kafka round trip p50 ms", "p99 ms", "completion p50 ms", "execution p50 ms",
+         "results"], rows))
+    parts.append("![pipeline](bench/out/pipeline.png)")
+    return "\n\n".join(parts)
+
+
+def run(quick: bool, out_dir: Path) -> int:
+    """Entry point."""
+    info = machine()
+    count, rates, seconds = (20_000, [10.0, 40.0, 80.0], 10.0) if quick else (
+        100_000, [10.0, 25.0, 50.0, 100.0, 200.0], 30.0)
+    metric = metric_path(count)
+    print(f"[pipeline] metric path: worker {fmt(metric['worker_rate_per_s'], '.0f')}/s, raw "
+          f"{fmt(metric['raw_consumer_rate_per_s'], '.0f')}/s", flush=True)
+    results = {"machine": info, "quick": quick, "metric_path": metric,
+               "decide_path": decide_path(rates, seconds)}
+    write_json(out_dir, "pipeline", results)
+    plot(results, out_dir)
+    update_benchmarks_md("pipeline", report(results, quick))
+    return 0

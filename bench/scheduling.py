@@ -1,0 +1,302 @@
+"""``switchyard bench scheduling``: every policy on one trace, through the real pipeline.
+
+For each device set the same trace (mixed ops, Poisson arrivals at 70 % of the fluid capacity,
+per-workload deadlines) runs once per policy on a *fresh* cluster — new namespace, app id,
+worker and executors — so no policy inherits another's learned state or warm caches. The
+oracle is the earliest-finish rule fed the true costs: the simulator's roofline for sim
+devices, an exhaustive in-process pre-profile for live ones (``models.oracle``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench import fleets
+from bench.common import (
+    attainment,
+    fmt,
+    machine,
+    markdown_table,
+    pyplot,
+    ratio,
+    save_figure,
+    section_header,
+    summarize,
+    update_benchmarks_md,
+    write_json,
+)
+from bench.harness import Run, run_trace, start_cluster
+from models.policy import POLICY_NAMES
+
+logger = logging.getLogger(__name__)
+TARGET_LOAD = 0.7
+# What the 2-core pipeline feeds comfortably (see the pipeline benchmark): sim devices are
+# slowed uniformly so that 70 % of the fleet's capacity is this rate; relative speeds stay
+# the catalog's.
+SIM_RATE_PER_S = 20.0
+STOPPERS: list[threading.Thread] = []
+WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSet:
+    """One scheduling scenario: a fleet, a mix and the precisions the trace allows."""
+
+    name: str
+    kind: str  # "sim" or "live"
+    precisions: tuple[str, ...]
+
+
+def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, Any]:
+    """True costs, capacity, rate, trace and oracle profile of one device set."""
+    live = device_set.kind == "live"
+    fleet = fleets.LIVE_FLEET if live else fleets.SIM_FLEET
+    mix = fleets.LIVE_MIX if live else fleets.SIM_MIX
+    counts = fleets.fleet_classes(fleet)
+    ops = fleets.distinct_ops(mix)
+    if live:
+        table = fleets.live_true_ms([s.runtime for s in fleet], ops, device_set.precisions, 5)
+        usable = max(1.0, (os.cpu_count() or 2) - 1.0)  # the worker and broker need a core
+        servers = {c: n * min(1.0, usable / sum(counts.values())) for c, n in counts.items()}
+    else:
+        table = fleets.sim_true_ms(list(counts), ops, device_set.precisions, 1.0)
+        servers = {c: float(n) for c, n in counts.items()}
+    weights = [w for w, _ in mix]
+    best = [fleets.best_ms(table, op, device_set.precisions) for op in ops]
+    capacity = fleets.fluid_capacity(weights, best, servers)
+    # The offered rate is 70 % of the fp32 capacity in every variant of a set, so a trace that
+    # also allows bf16 shows what variant selection buys at the same load.
+    fp32 = fleets.fluid_capacity(weights, [fleets.best_ms(table, op, ("fp32",)) for op in ops],
+                                 servers)
+    scale = 1.0
+    if not live and TARGET_LOAD * fp32 > SIM_RATE_PER_S:
+        scale = TARGET_LOAD * fp32 / SIM_RATE_PER_S
+        table = {c: {k: v * scale for k, v in e.items()} for c, e in table.items()}
+        capacity, fp32 = capacity / scale, fp32 / scale
+        fleet = tuple(dataclasses.replace(s, drift=f"0:{scale:.4f}") for s in fleet)
+    rate = TARGET_LOAD * fp32
+    single = {c: fleets.fluid_capacity(weights, best, {c: servers[c]})
+              if all(c in b for b in best) else 0.0 for c in servers}
+    count = max(20, int(seconds * rate))
+    workloads, arrivals = fleets.build_trace(mix, count, rate, device_set.precisions, table,
+                                             seed=7, id_prefix=f"{device_set.name}-")
+    profile = write_json(out_dir, f"oracle_{device_set.name}",
+                         {"true_ms": table, "time_scale": scale,
+                          "source": "pre-profile" if live else "simulator roofline"})
+    return {"fleet": fleet, "table": table, "capacity_per_s": capacity, "rate_per_s": rate,
+            "time_scale": scale, "static_class": max(single, key=lambda c: single[c]),
+            "single_class_capacity": single, "workloads": workloads, "arrivals": arrivals,
+            "profile": profile}
+
+
+def policy_stats(run: Run, workloads: list[dict[str, Any]], ended_ms: float) -> dict[str, Any]:
+    """Completion statistics of one policy's run. Workloads without a result by ``ended_ms``
+    count with their censored completion time (a lower bound) and are reported missing."""
+    completion, deadlines = [], []
+    for workload in workloads:
+        wid = str(workload["id"])
+        if wid in run.results:
+            completion.append(run.completion_ms(wid))
+        else:
+            completion.append(ended_ms - run.sent.get(wid, ended_ms))
+        deadlines.append(workload.get("deadline_ms"))
+    ok = [r for r in run.results.values() if r.get("status") == "ok"]
+    energies = [float(r["energy_j"]) for r in ok if r.get("energy_j") is not None]
+    received = list(run.received.values())
+    span_s = (max(received) - run.started_ms) / 1e3 if received else None
+    # Decisions (route records) where they were watched: work routed to a class that never
+    # finished it still counts in its share.
+    shares = Counter(run.route_class.values()) if run.route_class else Counter(
+        r.get("device_class") for r in run.results.values())
+    variants = Counter(f"{r['variant'].get('precision')}/{r['variant'].get('mode')}"
+                       for r in run.results.values() if isinstance(r.get("variant"), dict))
+    total = max(1, sum(shares.values()))
+    done = max(1, len(run.results))
+    return {
+        "sent": len(workloads), "completed": len(run.results), "ok": len(ok),
+        "missing": len(workloads) - len(run.results),
+        "completion_ms": summarize(completion),
+        "execution_ms": summarize(float(r["latency_ms"]) for r in ok),
+        # Where the time went: decided - produced, started - decided (queue at the executor),
+        # and what is left of the completion after queue and execution (the Kafka hops).
+        "decision_ms": summarize(float(r["decided_at_ms"]) - run.sent[w] for w, r in
+                                 run.results.items() if r.get("decided_at_ms") is not None),
+        "queue_ms": summarize(float(r["queue_ms"]) for r in ok),
+        "overhead_ms": summarize(run.completion_ms(w) - float(r["queue_ms"])
+                                 - float(r["latency_ms"]) for w, r in run.results.items()
+                                 if r.get("status") == "ok"),
+        "throughput_per_s": len(run.results) / span_s if span_s else None,
+        "deadline_attainment": attainment(completion, deadlines),
+        "energy_j": sum(energies) if energies else None,
+        "energy_measured_share": len(energies) / max(1, len(ok)),
+        "share": {str(k): v / total for k, v in sorted(shares.items(), key=str)},
+        "variants": {k: v / done for k, v in sorted(variants.items())},
+    }
+
+
+def run_policy(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
+               drain_s: float) -> dict[str, Any]:
+    """One policy on a fresh cluster; returns its statistics (with the start-up time)."""
+    env = {"SWITCHYARD_POLICY": policy, "SWITCHYARD_SEED": "11",
+           "SWITCHYARD_STATIC_CLASS": prepared["static_class"],
+           "SWITCHYARD_ORACLE_PROFILE": str(prepared["profile"].resolve())}
+    workloads = [{**w, "id": f"{policy}-{w['id']}"} for w in prepared["workloads"]]
+    cluster = start_cluster(WORKDIR / device_set.name / policy, prepared["fleet"], env)
+    try:
+        run = run_trace(cluster.namespace, workloads, prepared["arrivals"], drain_s,
+                        watch_routes=True)
+        ended = time.time_ns() / 1e6
+    finally:
+        # Stopping (SIGTERM, waiting on a sim op up to its length) overlaps the next start-up:
+        # it needs almost no CPU, and the next cluster shares nothing with this one.
+        stopper = threading.Thread(target=cluster.stop, daemon=False)
+        stopper.start()
+        STOPPERS.append(stopper)
+    stats = policy_stats(run, workloads, ended)
+    stats["startup_s"] = cluster.startup_s
+    return stats
+
+
+def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path,
+            policies: tuple[str, ...] = POLICY_NAMES) -> dict[str, Any]:
+    """Every policy on one device set; ratios to the oracle added."""
+    prepared = prepare(device_set, seconds, out_dir)
+    print(f"[scheduling] {device_set.name}: capacity {prepared['capacity_per_s']:.1f}/s, "
+          f"rate {prepared['rate_per_s']:.1f}/s, {len(prepared['workloads'])} workloads, "
+          f"time scale {prepared['time_scale']:.2f}, static {prepared['static_class']}",
+          flush=True)
+    out: dict[str, Any] = {
+        "fleet": [s.label() for s in prepared["fleet"]], "precisions": device_set.precisions,
+        "capacity_per_s": prepared["capacity_per_s"], "rate_per_s": prepared["rate_per_s"],
+        "time_scale": prepared["time_scale"], "static_class": prepared["static_class"],
+        "workloads": len(prepared["workloads"]), "trace_seconds": float(prepared["arrivals"][-1]),
+        "deadline_rule": f"{fleets.DEADLINE_FLOOR_MS:.0f} ms + {fleets.DEADLINE_SLACK:g} x "
+                         "best true execution time", "policies": {}}
+    for policy in policies:
+        started = time.monotonic()
+        try:
+            stats = run_policy(device_set, prepared, policy, drain_s)
+        except (RuntimeError, TimeoutError) as exc:
+            logger.error("%s/%s failed: %s", device_set.name, policy, exc)
+            stats = {"error": str(exc)[-2000:]}
+        stats["wall_s"] = time.monotonic() - started
+        out["policies"][policy] = stats
+        c = stats.get("completion_ms", {})
+        print(f"[scheduling] {device_set.name} {policy:<11} mean {fmt(c.get('mean'))} ms "
+              f"p99 {fmt(c.get('p99'))} ms, missing {stats.get('missing')}, queue p50 "
+              f"{fmt(stats.get('queue_ms', {}).get('p50'))} ms, decide p50 "
+              f"{fmt(stats.get('decision_ms', {}).get('p50'))} ms, "
+              f"{stats['wall_s']:.0f} s", flush=True)
+    oracle = out["policies"].get("oracle", {}).get("completion_ms", {})
+    for stats in out["policies"].values():
+        c = stats.get("completion_ms")
+        if c:
+            stats["ratio_to_oracle"] = {k: ratio(c[k], oracle.get(k))
+                                        for k in ("mean", "p95", "p99")}
+    return out
+
+
+def plot(results: dict[str, Any], out_dir: Path) -> Path:
+    """Mean/p95/p99 completion per policy, and the share of work per class, per device set."""
+    plt = pyplot()
+    sets = list(results["sets"])
+    fig, axes = plt.subplots(2, len(sets), figsize=(6.5 * len(sets), 8), squeeze=False)
+    for col, name in enumerate(sets):
+        policies = {p: s for p, s in results["sets"][name]["policies"].items()
+                    if "completion_ms" in s}
+        names = list(policies)
+        ax = axes[0][col]
+        for i, stat in enumerate(("mean", "p95", "p99")):
+            ax.bar([x + 0.27 * (i - 1) for x in range(len(names))],
+                   [policies[p]["completion_ms"][stat] for p in names], width=0.27, label=stat)
+        ax.set_xticks(range(len(names)), names, rotation=30)
+        ax.set_yscale("log")
+        ax.set_ylabel("completion time, ms (log)")
+        ax.set_title(f"{name}: produced → result received")
+        ax.legend()
+        ax = axes[1][col]
+        classes = sorted({c for s in policies.values() for c in s["share"]})
+        bottom = [0.0] * len(names)
+        for device_class in classes:
+            values = [policies[p]["share"].get(device_class, 0.0) for p in names]
+            ax.bar(range(len(names)), values, bottom=bottom, label=device_class)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        ax.set_xticks(range(len(names)), names, rotation=30)
+        ax.set_ylabel("share of workloads")
+        ax.legend(fontsize=7)
+    return save_figure(fig, out_dir, "scheduling")
+
+
+def report(results: dict[str, Any], quick: bool) -> str:
+    """The BENCHMARKS.md section."""
+    command = "switchyard bench scheduling" + (" --quick" if quick else "")
+    parts = [section_header("Scheduling: policies against the oracle", command,
+                            results["machine"], quick)]
+    parts.append(
+        "Each policy ran the same trace on a fresh cluster (new namespace, app id, worker and "
+        "executor processes) through the real broker. Completion = workload produced → its "
+        "result received by the client. Arrivals are Poisson at 70 % of the fleet's fluid "
+        "capacity (perfect split of each op type over classes, true costs). Workloads without "
+        "a result when the drain period ended count with their censored time (a lower bound). "
+        "Energy: only where an executor measured it (RAPL/NVML), otherwise –.\n")
+    for name, data in results["sets"].items():
+        parts.append(f"### {name}\n\nFleet: {', '.join(data['fleet'])}; precisions "
+                     f"{', '.join(data['precisions'])}; {data['workloads']} workloads over "
+                     f"{data['trace_seconds']:.0f} s at {data['rate_per_s']:.1f}/s (capacity "
+                     f"{data['capacity_per_s']:.1f}/s); static = {data['static_class']}; "
+                     f"deadline = {data['deadline_rule']}.")
+        if data["time_scale"] != 1.0:
+            parts.append(f"Simulated devices (every figure here is SIMULATED), all slowed "
+                         f"uniformly by {data['time_scale']:.2f}x so the 2-core pipeline can "
+                         "feed 70 % of their capacity; their relative speeds are the catalog's.")
+        rows = []
+        for policy, s in data["policies"].items():
+            if "completion_ms" not in s:
+                rows.append([policy, "failed"] + [""] * 9)
+                continue
+            c, r = s["completion_ms"], s.get("ratio_to_oracle", {})
+            rows.append([policy, fmt(c["mean"]), fmt(c["p95"]), fmt(c["p99"]),
+                         fmt(s["throughput_per_s"], ".1f"),
+                         fmt(None if s["deadline_attainment"] is None
+                             else 100 * s["deadline_attainment"], ".0f") + " %",
+                         fmt(s["energy_j"], ".2f"), f"{s['missing']}",
+                         fmt(r.get("mean"), ".2f"), fmt(r.get("p99"), ".2f"),
+                         ", ".join(f"{k} {100 * v:.0f}%" for k, v in s["variants"].items())])
+        parts.append(markdown_table(
+            ["policy", "mean ms", "p95 ms", "p99 ms", "done/s", "deadline met", "energy J",
+             "missing", "mean ÷ oracle", "p99 ÷ oracle", "variants"], rows))
+    parts.append("\n![scheduling](bench/out/scheduling.png)")
+    return "\n\n".join(parts)
+
+
+def run(quick: bool, out_dir: Path) -> int:
+    """Entry point: returns 0 when every policy of every set produced numbers."""
+    info = machine()
+    if quick:
+        sets, seconds, drain = [DeviceSet("sim-fp32", "sim", ("fp32",))], 8.0, 8.0
+    else:
+        sets = [DeviceSet("sim-fp32", "sim", ("fp32",)),
+                DeviceSet("sim-bf16", "sim", ("fp32", "bf16")),
+                DeviceSet("live-cpu-fp32", "live", ("fp32",)),
+                DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16"))]
+        seconds, drain = 40.0, 30.0
+    results: dict[str, Any] = {"machine": info, "quick": quick, "sets": {}}
+    for device_set in sets:
+        results["sets"][device_set.name] = run_set(device_set, seconds, drain, out_dir)
+        write_json(out_dir, "scheduling", results)  # keep what is done if a later set fails
+    for stopper in STOPPERS:
+        stopper.join()
+    plot(results, out_dir)
+    update_benchmarks_md("scheduling", report(results, quick))
+    failed = [f"{n}/{p}" for n, d in results["sets"].items()
+              for p, s in d["policies"].items() if "error" in s]
+    if failed:
+        print(f"[scheduling] failed: {', '.join(failed)}")
+    return 1 if failed else 0

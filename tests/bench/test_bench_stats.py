@@ -1,0 +1,58 @@
+"""Pure statistics of the benchmarks: capacity, adaptation times, offset slopes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.drift import adaptation_times, share_over_time
+from bench.fleets import best_ms, fluid_capacity
+from bench.pipeline import slope
+from models.oracle import profile_key
+from models.ops import Variant, parse_op
+
+
+def test_fluid_capacity_of_one_class_is_servers_over_mean_time() -> None:
+    # Two op types, 10 ms and 30 ms, equally likely, on 2 servers: 2 / 20 ms = 100/s.
+    assert fluid_capacity([1, 1], [{"a": 10.0}, {"a": 30.0}], {"a": 2}) == pytest.approx(100)
+
+
+def test_fluid_capacity_splits_op_types_over_specialised_classes() -> None:
+    # Each class is fast at one op type: perfect specialisation gives 1 / 1 ms each way.
+    times = [{"a": 1.0, "b": 100.0}, {"a": 100.0, "b": 1.0}]
+    assert fluid_capacity([1, 1], times, {"a": 1, "b": 1}) == pytest.approx(2000)
+
+
+def test_best_ms_respects_allowed_precisions() -> None:
+    op = parse_op({"kind": "matmul", "m": 8, "k": 8, "n": 8, "dtype": "float32"})
+    table = {"c": {profile_key(op, Variant("fp32")): 4.0, profile_key(op, Variant("bf16")): 1.0}}
+    assert best_ms(table, op, ("fp32",)) == {"c": 4.0}
+    assert best_ms(table, op, ("fp32", "bf16")) == {"c": 1.0}
+
+
+def test_share_over_time_bins_decisions() -> None:
+    centres, share = share_over_time([0, 500, 2500, 2600, 2700], [1, 0, 1, 1, 0], 0.0, 2.0)
+    assert centres[:2].tolist() == [1.0, 3.0]
+    assert share[:2] == pytest.approx([0.5, 2 / 3])
+
+
+def test_adaptation_times_find_move_and_return() -> None:
+    centres = np.arange(1.0, 40.0, 2.0)  # bins [0,2), [2,4), ...
+    share = np.where((centres > 10) & (centres < 30), 0.05, 0.6)
+    share[centres == 11.0] = 0.4  # one bin to adapt
+    times = adaptation_times(centres, share, onset_s=10.0, recovery_s=28.0)
+    assert times["baseline_share"] == pytest.approx(0.6)
+    assert times["moved_s"] == pytest.approx(4.0)  # the [12, 14) bin is the first low one
+    assert times["returned_s"] == pytest.approx(4.0)  # [30, 32) is the first high one after 28
+
+
+def test_adaptation_times_report_none_when_nothing_moved() -> None:
+    centres = np.arange(1.0, 20.0, 2.0)
+    times = adaptation_times(centres, np.full(centres.size, 0.5), 8.0, 14.0)
+    assert times["moved_s"] is None and times["returned_s"] == pytest.approx(2.0)
+
+
+def test_slope_between_thresholds() -> None:
+    samples = [(0.0, 0), (1.0, 100), (2.0, 300), (3.0, 500), (4.0, 1000)]
+    assert slope(samples, 100, 500) == pytest.approx(200.0)
+    assert slope(samples, 100, 5000) is None

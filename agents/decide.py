@@ -152,6 +152,9 @@ async def route(workload: Workload, partition: int, attempt: int = 1) -> Decisio
     # second route, whose result the complete stage suppresses.
     delivery = await topic.send(key=workload.id, value=record.dumps())
     await delivery
+    # While this stage waited for the ack, the event loop ran the complete stage: a fast device
+    # may already have answered. Then there is nothing left in flight to remember.
+    finished = workload.id.encode() in completed
     slot = record_decision(partition, {
         "id": workload.id, "device_class": decision.device_class,
         "variant": record.variant, "predicted_ms": record.predicted_ms,
@@ -159,14 +162,20 @@ async def route(workload: Workload, partition: int, attempt: int = 1) -> Decisio
         "policy": policy.name, "decided_at_ms": decided_at, "attempt": attempt,
         "meets_deadline": record.meets_deadline, "measured_ms": None, "status": None,
     })
+    observability.inc("switchyard_decisions_total", device_class=decision.device_class,
+                      policy=policy.name, reason=decision.reason)
+    if finished:
+        result = completed[workload.id.encode()]
+        decisions[slot] = {**decisions[slot], "measured_ms": result.latency_ms,
+                           "queue_ms": result.queue_ms, "status": result.status,
+                           "device_id": result.device_id, "completed_at_ms": now_ms()}
+        return decision
     inflight[workload.id] = {
         "device_class": decision.device_class, "variant": record.variant,
         "predicted_ms": record.predicted_ms, "decided_at_ms": decided_at, "attempt": attempt,
         "partition": partition, "slot": slot, "workload": dict(workload.raw),
     }
     add_backlog(decision.device_class, partition, record.predicted_ms, 1)
-    observability.inc("switchyard_decisions_total", device_class=decision.device_class,
-                      policy=policy.name, reason=decision.reason)
     return decision
 
 

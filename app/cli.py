@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     kafka = sub.add_parser("kafka", help="a local single-node Apache Kafka (KRaft) on 127.0.0.1",
                            description="Start, stop or query a local Apache Kafka broker whose "
                                        "jars are fetched once with Maven.")
-    kafka.add_argument("action", choices=("start", "stop", "status"))
+    kafka.add_argument("action", choices=("start", "stop", "status"),
+                       help="start (idempotent), stop (only the broker it started), or status "
+                            "(exit 1 when not running)")
     kafka.add_argument("--port", type=int, default=9092, help="client port (default 9092; the "
                        "KRaft controller listens on port+1)")
     kafka.add_argument("--data-dir", default=str(kafka_local.DEFAULT_DATA_DIR),
@@ -99,14 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Run the Faust worker (settings from SWITCHYARD_* "
                                         "environment variables).")
     worker.add_argument("-l", "--loglevel", default="info",
-                        choices=("debug", "info", "warning", "warn", "error", "critical", "crit"))
-    worker.add_argument("--web-port", type=int, default=None, help="web view port (default 6066)")
+                        choices=("debug", "info", "warning", "warn", "error", "critical", "crit"),
+                        help="log level (default info)")
+    worker.add_argument("--web-port", type=int, default=None,
+                        help="web view port (default: SWITCHYARD_WEB_PORT, else 6066)")
     worker.set_defaults(func=_worker)
 
     executor = sub.add_parser("executor", help="an executor process holding one runtime on one device",
                               description="Consume the device class's routes, run each op, and "
                                           "publish metrics, outcomes and heartbeats.")
-    executor.add_argument("--runtime", required=True, choices=RUNTIMES)
+    executor.add_argument("--runtime", required=True, choices=RUNTIMES,
+                          help="torch (CPU, CUDA), jax (whatever jax.devices() offers), numpy "
+                               "(CPU reference), or sim (a simulated device from the catalog)")
     executor.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N, or a sim model "
                           "(h100, a100, l4, tpu-v5e, jetson-orin, cpu-core) for --runtime sim")
     executor.add_argument("--threads", type=int, default=None, help="intra-op threads (pin on "
@@ -123,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--rate", type=float, default=None, help="workloads per second (default: "
                         "as fast as possible)")
     submit.add_argument("--wait", action="store_true", help="wait for every result and print a summary")
-    submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for results")
+    submit.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds to wait for results (default 600)")
     submit.add_argument("--limit", type=int, default=None, help="only the first N workloads")
     submit.add_argument("--id-prefix", default=None, help="prefix workload ids (resubmit a trace "
                         "as new work)")
@@ -132,24 +139,34 @@ def build_parser() -> argparse.ArgumentParser:
     profile = sub.add_parser("profile", help="run a trace's ops on one runtime, without Kafka",
                              description="Time every op of a trace in every variant one runtime "
                                          "supports, and print a table.")
-    profile.add_argument("--runtime", required=True, choices=RUNTIMES)
-    profile.add_argument("--device", default="cpu")
-    profile.add_argument("--trace", required=True)
-    profile.add_argument("--threads", type=int, default=None)
-    profile.add_argument("--repeats", type=int, default=5)
+    profile.add_argument("--runtime", required=True, choices=RUNTIMES, help="the runtime to time")
+    profile.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N or a sim model "
+                         "(default cpu)")
+    profile.add_argument("--trace", required=True, help="JSONL file of workloads")
+    profile.add_argument("--threads", type=int, default=None, help="intra-op threads")
+    profile.add_argument("--repeats", type=int, default=5, help="timed runs per op and variant "
+                         "(default 5)")
     profile.set_defaults(func=_profile)
 
-    demo = sub.add_parser("demo", help="broker, worker, executors and a synthetic load",
-                          description="Start everything locally and print the dashboard address.")
-    demo.add_argument("--sim", action="store_true", help="add simulated devices")
-    demo.add_argument("--workloads", type=int, default=600, help="synthetic workloads to send")
-    demo.add_argument("--rate", type=float, default=20.0, help="workloads per second")
+    demo = sub.add_parser(
+        "demo", help="broker, worker, executors and a synthetic load",
+        description="Start a local broker if none answers, a worker, one CPU executor per "
+                    "runtime (torch, jax, numpy; CUDA when present), send a synthetic load with a "
+                    "progress bar and print the dashboard address; without --once it keeps "
+                    "sending until Ctrl-C, which stops everything it started.")
+    demo.add_argument("--sim", action="store_true", help="add sim-h100, sim-l4, sim-cpu-core")
+    demo.add_argument("--workloads", type=int, default=600,
+                      help="synthetic workloads to send (default 600)")
+    demo.add_argument("--rate", type=float, default=20.0,
+                      help="workloads per second (default 20)")
     demo.add_argument("--once", action="store_true", help="stop after the load is done")
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks: JSON and PNG under bench/out/",
                            description="Run one benchmark and update BENCHMARKS.md.")
-    bench.add_argument("name", choices=BENCHMARKS)
+    bench.add_argument("name", choices=BENCHMARKS,
+                       help="scheduling (policies vs an oracle), costmodel (accuracy), pipeline "
+                            "(throughput), drift (adaptation)")
     bench.add_argument("--quick", action="store_true", help="a short run (under 5 minutes)")
     bench.add_argument("--out", default="bench/out", help="output folder")
     bench.set_defaults(func=_bench)

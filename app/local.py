@@ -94,7 +94,10 @@ class LocalCluster:
                      web_port: int | None = None, **env: str) -> Proc:
         """Start a Faust worker process (it becomes ready later: see ``wait_ready``)."""
         port = web_port or self.web_port
-        extra = {"SWITCHYARD_DATA_DIR": str(data_dir or self.workdir / f"{name}-data"),
+        # Faust keeps tables under <data dir>/v1/tables whatever the app id: a data dir per
+        # app id keeps a reused workdir from mixing two clusters' stores.
+        default_dir = self.workdir / f"{name}-{self.app_id}-data"
+        extra = {"SWITCHYARD_DATA_DIR": str(data_dir or default_dir),
                  "SWITCHYARD_WEB_PORT": str(port), **env}
         return self._spawn(name, [sys.executable, "-m", "app", "worker", "-l", "info",
                                   "--web-port", str(port)], extra)

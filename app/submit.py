@@ -113,6 +113,7 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
                                 **settings.kafka_client_kwargs())
     await producer.start()
     wanted = {str(w["id"]) for w in workloads}
+    shown = 0.0
     try:
         started = time.monotonic()
         for i, workload in enumerate(workloads):
@@ -125,7 +126,8 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
             summary.sent_at_ms[str(workload["id"])] = sent_at
             await producer.send(WORKLOADS, json.dumps(workload).encode(),
                                 key=str(workload["id"]).encode())
-            if progress and (i + 1) % 100 == 0:
+            if progress and time.monotonic() - shown > 0.5:  # about twice a second
+                shown = time.monotonic()
                 _progress("sent", i + 1, len(workloads))
         await producer.flush()
         if progress:

@@ -145,9 +145,6 @@ def test_prometheus_metrics(cluster: LocalCluster) -> None:
     assert samples["switchyard_worker_ready"][0].value == 1
 
 
-@pytest.mark.xfail(strict=False, reason="agents: now and then (about 1 in 60 workloads here) "
-                   "complete finds no in-flight entry for an outcome, so the entry, its backlog "
-                   "and the decision's measured time are never closed; drop this mark once fixed")
 def test_nothing_is_left_in_flight(cluster: LocalCluster) -> None:
     dash = cluster.api("/api/dashboard")
     assert dash["inflight"] == 0, dash["inflight_oldest"]

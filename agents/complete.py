@@ -7,31 +7,26 @@ workload whose first device was only slow) is a duplicate and is dropped.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from app import observability
 from app.main import app, topics
 from app.records import ResultRecord
-from app.streaming import dead_letter, now_ms
+from app.streaming import check_fields, dead_letter, decode_object, now_ms
 from app.tables import backlog, completed, decisions, inflight
 
 logger = logging.getLogger(__name__)
-REQUIRED = ("id", "status", "device_id", "device_class", "variant", "latency_ms", "queue_ms")
+REQUIRED = {"id": "string", "status": "string", "device_id": "string", "device_class": "string",
+            "variant": "object", "latency_ms": "number", "queue_ms": "number"}
+OPTIONAL = {"energy_j": "number", "checksum": "string", "error": "string", "output": "object",
+            "attempt": "integer", "submitted_at_ms": "number"}
 
 
 def parse_outcome(raw: bytes) -> ResultRecord:
     """Decode an executor's outcome; ValueError with the reason when it is malformed."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"outcome is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("outcome is not a JSON object")
-    missing = [name for name in REQUIRED if name not in data]
-    if missing:
-        raise ValueError(f"outcome lacks {', '.join(missing)}")
+    data = decode_object(raw, "outcome")
+    check_fields(data, "outcome", REQUIRED, OPTIONAL)
     if data["status"] not in ("ok", "error"):
         raise ValueError(f"outcome status {data['status']!r} is not ok|error")
     try:

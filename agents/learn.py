@@ -7,7 +7,6 @@ write per class: per-event table writes are what limits a Faust agent's throughp
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from typing import Any
@@ -15,27 +14,22 @@ from typing import Any
 from app import observability
 from app.main import app, settings, topics
 from app.records import MetricRecord
-from app.streaming import dead_letter, event_context
+from app.streaming import check_fields, dead_letter, decode_object, event_context
 from app.tables import history, models
 from models.costmodel import CostModel, Row
 from models.history import HistoryModel
 from models.ops import SpecError, Variant, parse_op
 
 logger = logging.getLogger(__name__)
-REQUIRED = ("workload_id", "device_id", "device_class", "op", "variant", "status", "exec_ms")
+REQUIRED = {"workload_id": "string", "device_id": "string", "device_class": "string",
+            "op": "object", "variant": "object", "status": "string", "exec_ms": "number"}
+OPTIONAL = {"energy_j": "number", "queue_ms": "number", "predicted_ms": "number"}
 
 
 def parse_metric(raw: bytes) -> MetricRecord:
     """Decode and check a metric; ValueError with the reason when it is not one."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"metric is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("metric is not a JSON object")
-    missing = [name for name in REQUIRED if name not in data]
-    if missing:
-        raise ValueError(f"metric lacks {', '.join(missing)}")
+    data = decode_object(raw, "metric")
+    check_fields(data, "metric", REQUIRED, OPTIONAL)
     try:
         metric = MetricRecord.from_data(data)
     except (TypeError, ValueError) as exc:

@@ -10,27 +10,29 @@ from typing import Any
 from app import observability
 from app.main import app, settings, topics
 from app.records import HeartbeatRecord
-from app.streaming import dead_letter, event_context, now_ms
+from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import backlog, devices, inflight
+from app.topics import is_device_class
 from models.registry import live_classes
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_BATCH = 200
+HEARTBEAT_FIELDS = {"device_id": "string", "device_class": "string", "runtime": "string",
+                    "device": "string", "capabilities": "list"}
+HEARTBEAT_OPTIONAL = {"queue_depth": "integer", "in_hand": "integer", "sent_at_ms": "number",
+                      "started_at_ms": "number", "memory_bytes": "number", "power_w": "number",
+                      "threads": "integer", "state": "string"}
 
 
 def parse_heartbeat(raw: bytes) -> HeartbeatRecord:
     """Decode and check a heartbeat; ValueError with the reason when it is not one."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"heartbeat is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("heartbeat is not a JSON object")
-    for name in ("device_id", "device_class", "runtime", "device", "capabilities"):
-        if name not in data:
-            raise ValueError(f"heartbeat lacks {name!r}")
-    if not isinstance(data["capabilities"], list):
-        raise ValueError("heartbeat capabilities must be a list")
+    data = decode_object(raw, "heartbeat")
+    check_fields(data, "heartbeat", HEARTBEAT_FIELDS, HEARTBEAT_OPTIONAL)
+    if not is_device_class(data["device_class"]):
+        # A class name becomes a route topic name: one that is not topic-safe would make
+        # every decision for it fail.
+        raise ValueError(f"heartbeat device_class {data['device_class'][:80]!r} is not a "
+                         "topic-safe <runtime>-<device kind>-<model> name")
     try:
         return HeartbeatRecord.from_data(data)
     except (TypeError, ValueError) as exc:

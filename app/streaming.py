@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import math
 import time
 import weakref
 from collections.abc import Iterator
@@ -13,8 +14,10 @@ from typing import Any
 from faust.streams import _current_event
 
 from app import observability
-from app.main import topics
+from app.main import settings, topics
 from app.records import DeadLetterRecord
+from models.ops import SpecError
+from models.workload import decode_json_bounded
 
 logger = logging.getLogger(__name__)
 MAX_REASON_CHARS = 2000
@@ -66,3 +69,44 @@ async def dead_letter(stage: str, event: Any, reason: str) -> None:
     observability.inc("switchyard_deadletters_total", stage=stage)
     logger.warning("dead-lettered %s[%s]@%s (%s): %s", message.topic, message.partition,
                    message.offset, stage, record.reason[:200])
+
+
+def decode_object(raw: Any, what: str) -> dict[str, Any]:
+    """Decode a message value as a JSON object within the size and depth limits (no NaN, no
+    recursion on ``[[[[…``); ValueError with the reason otherwise."""
+    try:
+        data = decode_json_bounded(raw, settings.max_message_bytes, settings.max_json_depth)
+    except SpecError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    return data
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "list":
+        return isinstance(value, list)
+    if kind == "integer":
+        return type(value) is int
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))  # "number"
+
+
+def check_fields(data: dict[str, Any], what: str, required: dict[str, str],
+                 optional: dict[str, str] | None = None) -> None:
+    """Refuse a record whose fields are missing or of the wrong kind (string, number,
+    integer, object, list; optional ones may be null). Faust records do not check types,
+    and a mistyped field stored in a table crashes whichever stage reads it later."""
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ValueError(f"{what} lacks {', '.join(missing)}")
+    for name, kind in {**required, **(optional or {})}.items():
+        value = data.get(name)
+        if name not in required and value is None:
+            continue
+        if not _is_kind(value, kind):
+            raise ValueError(f"{what} {name} must be a {kind}, got {type(value).__name__}")

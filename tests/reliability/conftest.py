@@ -10,9 +10,13 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from app.local import LocalCluster, Proc
+from tests.reliability.harness import new_cluster, start_executors
 
 LONG_MODE = os.environ.get("SWITCHYARD_RELIABILITY_LONG", "") == "1"
 
@@ -55,3 +59,39 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         item.failed = True  # type: ignore[attr-defined]
     return report
 
+
+
+# A secret the shared cluster is configured with (PLAINTEXT still, so it is never used): the
+# security tests check that it shows up in no log and no web answer.
+CANARY_SECRET = "canary-sekrit-7f3a91"
+
+
+@dataclass
+class Shared:
+    """The session's long-lived cluster for the scenarios that do not break it."""
+
+    cluster: LocalCluster
+    worker: Proc
+    executors: list[Proc]
+    workdir: Path
+
+
+@pytest.fixture(scope="session")
+def shared(broker: str) -> Iterator[Shared]:
+    """A worker and two sim executors, started once for the hostile-input, security and soak
+    tests. Windows are short (2 s tumbling, 6 s hopping, gone 10 s after they close) so a
+    bounded soak shows them expiring."""
+    base = Path(os.environ.get("SWITCHYARD_RELIABILITY_WORKDIR", "/tmp/sy-reliability"))
+    workdir = base / f"shared-{time.strftime('%H%M%S')}"
+    cluster = new_cluster(
+        workdir, broker, SWITCHYARD_TUMBLING_WINDOW_S="2", SWITCHYARD_HOPPING_WINDOW_S="6",
+        SWITCHYARD_HOPPING_STEP_S="2", SWITCHYARD_WINDOW_EXPIRES_S="10",
+        SWITCHYARD_SASL_USERNAME="switchyard", SWITCHYARD_SASL_PASSWORD=CANARY_SECRET,
+        SWITCHYARD_SSL_PASSWORD=CANARY_SECRET)
+    with cluster:
+        worker = cluster.start_worker()
+        executors = start_executors(cluster, ["h100", "a100"])
+        cluster.wait_ready(worker, 240)
+        cluster.wait_devices([p.name for p in executors], 120)
+        yield Shared(cluster, worker, executors, workdir)
+    print(f"\nshared cluster logs in {workdir}")

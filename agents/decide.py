@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -112,10 +113,23 @@ def record_decision(partition: int, entry: dict[str, Any]) -> str:
     return slot
 
 
-async def route(workload: Workload, partition: int, attempt: int = 1) -> Decision | None:
-    """Decide where ``workload`` runs and emit its route; None when no class can run it."""
-    classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
-    wait = {c: class_backlog_ms(c) for c in classes}
+@dataclass
+class Routed:
+    """A decision whose route was handed to the producer; remembered once the broker acks."""
+
+    workload: Workload
+    decision: Decision
+    record: RouteRecord
+    partition: int
+    delivery: Any
+
+
+async def send_route(workload: Workload, partition: int, attempt: int,
+                     classes: dict[str, Any], pending_ms: dict[str, float]) -> Routed | None:
+    """Decide where ``workload`` runs and hand its route to the producer (without waiting for
+    the ack); None when no live class can run it. ``pending_ms`` is the work routed earlier in
+    the same batch, not yet in the backlog table, so a batch does not herd onto one class."""
+    wait = {c: class_backlog_ms(c) + pending_ms.get(c, 0.0) for c in classes}
     candidates = candidates_for(workload, classes, wait)
     if not candidates:
         return None
@@ -125,7 +139,6 @@ async def route(workload: Workload, partition: int, attempt: int = 1) -> Decisio
         workload, candidates, learned,
         history_model(names) if policy.name == "dmda" else None, rng,
     )
-    decided_at = now_ms()
     record = RouteRecord(
         id=workload.id,
         workload=dict(workload.raw),
@@ -136,7 +149,7 @@ async def route(workload: Workload, partition: int, attempt: int = 1) -> Decisio
         predicted_energy_j=decision.predicted_energy_j,
         reason=decision.reason,
         model_version=int(decision.model_version),
-        decided_at_ms=decided_at,
+        decided_at_ms=now_ms(),
         policy=policy.name,
         expected_wait_ms=float(decision.expected_wait_ms),
         meets_deadline=bool(decision.meets_deadline),
@@ -146,37 +159,56 @@ async def route(workload: Workload, partition: int, attempt: int = 1) -> Decisio
     if decision.device_class not in _declared_classes:
         await topic.maybe_declare()  # a class's route topic is created when it first appears
         _declared_classes.add(decision.device_class)
-    # Wait for the broker's ack before remembering the workload as in flight: were the in-flight
-    # entry to reach its changelog and the route be lost in a crash, the workload would be
-    # taken for a duplicate after the restart and never run. The other order risks only a
-    # second route, whose result the complete stage suppresses.
+    pending_ms[decision.device_class] = (pending_ms.get(decision.device_class, 0.0)
+                                         + record.predicted_ms)
     delivery = await topic.send(key=workload.id, value=record.dumps())
-    await delivery
-    # While this stage waited for the ack, the event loop ran the complete stage: a fast device
-    # may already have answered. Then there is nothing left in flight to remember.
-    finished = workload.id.encode() in completed
-    slot = record_decision(partition, {
-        "id": workload.id, "device_class": decision.device_class,
+    return Routed(workload, decision, record, partition, delivery)
+
+
+def remember(routed: Routed) -> None:
+    """Record a sent route: recent decisions, and (unless already answered) in flight.
+
+    Runs only after the broker acked the route: were the in-flight entry to reach its changelog
+    and the route be lost in a crash, the workload would be taken for a duplicate after the
+    restart and never run. The other order risks only a second route, whose result the
+    complete stage suppresses.
+    """
+    workload, record = routed.workload, routed.record
+    slot = record_decision(routed.partition, {
+        "id": workload.id, "device_class": record.device_class,
         "variant": record.variant, "predicted_ms": record.predicted_ms,
         "predicted_std_ms": record.predicted_std_ms, "reason": record.reason,
-        "policy": policy.name, "decided_at_ms": decided_at, "attempt": attempt,
+        "policy": policy.name, "decided_at_ms": record.decided_at_ms, "attempt": record.attempt,
         "meets_deadline": record.meets_deadline, "measured_ms": None, "status": None,
     })
-    observability.inc("switchyard_decisions_total", device_class=decision.device_class,
-                      policy=policy.name, reason=decision.reason)
-    if finished:
-        result = completed[workload.id.encode()]
+    observability.inc("switchyard_decisions_total", device_class=record.device_class,
+                      policy=policy.name, reason=record.reason)
+    # While the acks were awaited the event loop ran the complete stage: a fast device may
+    # already have answered. Then there is nothing left in flight to remember.
+    result = completed.get(workload.id.encode())
+    if result is not None:
         decisions[slot] = {**decisions[slot], "measured_ms": result.latency_ms,
                            "queue_ms": result.queue_ms, "status": result.status,
                            "device_id": result.device_id, "completed_at_ms": now_ms()}
-        return decision
+        return
     inflight[workload.id] = {
-        "device_class": decision.device_class, "variant": record.variant,
-        "predicted_ms": record.predicted_ms, "decided_at_ms": decided_at, "attempt": attempt,
-        "partition": partition, "slot": slot, "workload": dict(workload.raw),
+        "device_class": record.device_class, "variant": record.variant,
+        "predicted_ms": record.predicted_ms, "decided_at_ms": record.decided_at_ms,
+        "attempt": record.attempt, "partition": routed.partition, "slot": slot,
+        "workload": dict(workload.raw),
     }
-    add_backlog(decision.device_class, partition, record.predicted_ms, 1)
-    return decision
+    add_backlog(record.device_class, routed.partition, record.predicted_ms, 1)
+
+
+async def route(workload: Workload, partition: int, attempt: int = 1) -> Decision | None:
+    """Decide, send, await the ack and remember one workload (the re-route path)."""
+    classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
+    routed = await send_route(workload, partition, attempt, classes, {})
+    if routed is None:
+        return None
+    await routed.delivery
+    remember(routed)
+    return routed.decision
 
 
 async def wait_for_devices() -> None:
@@ -197,25 +229,44 @@ def devices_values() -> list[dict[str, Any]]:
 
 @app.agent(topics.workloads, concurrency=1)
 async def decide(stream: Any) -> None:
-    """One decision per workload; bad input is dead-lettered and the stream goes on."""
-    async for event in stream.events():
-        try:
-            workload = parse_workload(
-                decode_json_bounded(event.value, LIMITS.max_message_bytes, LIMITS.max_depth),
-                LIMITS,
-            )
-        except SpecError as exc:
-            await dead_letter("decide", event, str(exc))
-            continue
-        if workload.id.encode() in completed or inflight.get(workload.id):
-            observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
+    """One decision per workload, in batches: the routes of a batch are sent together and their
+    acks awaited together. Bad input is dead-lettered and the stream goes on."""
+    async for batch in stream.take_events(settings.decide_batch_size,
+                                          within=settings.decide_batch_within_s):
+        accepted: list[tuple[Any, Workload]] = []
+        seen: set[str] = set()
+        for event in batch:
+            try:
+                workload = parse_workload(
+                    decode_json_bounded(event.value, LIMITS.max_message_bytes, LIMITS.max_depth),
+                    LIMITS,
+                )
+            except SpecError as exc:
+                await dead_letter("decide", event, str(exc))
+                continue
+            if (workload.id in seen or workload.id.encode() in completed
+                    or inflight.get(workload.id)):
+                observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
+                continue
+            seen.add(workload.id)
+            accepted.append((event, workload))
+        if not accepted:
             continue
         await wait_for_devices()
-        with event_context(event):
-            decision = await route(workload, event.message.partition)
-        if decision is None:
-            await dead_letter("decide", event, "no live device class can run this workload "
-                              f"({workload.op.kind} in {', '.join(workload.precisions)})")
+        classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
+        pending_ms: dict[str, float] = {}
+        sent: list[tuple[Any, Routed]] = []
+        for event, workload in accepted:
+            routed = await send_route(workload, event.message.partition, 1, classes, pending_ms)
+            if routed is None:
+                await dead_letter("decide", event, "no live device class can run this workload "
+                                  f"({workload.op.kind} in {', '.join(workload.precisions)})")
+                continue
+            sent.append((event, routed))
+        await asyncio.gather(*(routed.delivery for _, routed in sent))
+        for event, routed in sent:
+            with event_context(event):
+                remember(routed)
 
 
 @app.agent(topics.reroutes, concurrency=1)

@@ -128,8 +128,7 @@ def scenario(kind: str, policy: str, phase_s: tuple[float, float, float]) -> dic
         target = "torch-cpu-x86"
         fleet = [ExecutorSpec("torch", "cpu", 1, threads=1, slowdown_file=slow_file),
                  ExecutorSpec("numpy", "cpu", 1, threads=1)]
-        mix = tuple((w, op) for w, op in fleets.LIVE_MIX if op["kind"] in ("matmul", "linear",
-                                                                           "mlp", "bmm"))
+        mix = fleets.DRIFT_LIVE_MIX
         rate, scale = 15.0, 1.0
     spawn, lead = time.time(), 25.0
     if kind == "sim":

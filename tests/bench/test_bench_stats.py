@@ -8,8 +8,8 @@ import pytest
 from bench.drift import adaptation_times, share_over_time
 from bench.fleets import best_ms, fluid_capacity
 from bench.pipeline import slope
-from models.oracle import profile_key
 from models.ops import Variant, parse_op
+from models.oracle import profile_key
 
 
 def test_fluid_capacity_of_one_class_is_servers_over_mean_time() -> None:

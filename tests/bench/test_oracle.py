@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from models.devices import DEVICE_CATALOG, roofline_seconds
-from models.oracle import load_true_costs, profile_key, true_ms_table
 from models.ops import Variant, parse_op
+from models.oracle import load_true_costs, profile_key, true_ms_table
 from models.policy import Candidate, make_policy
 from models.workload import parse_workload
 

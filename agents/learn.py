@@ -41,7 +41,7 @@ def parse_metric(raw: bytes) -> MetricRecord:
 
 def metric_row(metric: MetricRecord) -> Row:
     """The (op, variant, exec ms, energy J) row a cost model learns from."""
-    op = parse_op(metric.op)
+    op = parse_op(metric.op, max_elements=settings.max_elements)
     variant = Variant.from_dict(metric.variant)
     energy = metric.energy_j if isinstance(metric.energy_j, int | float) else None
     return op, variant, float(metric.exec_ms), energy

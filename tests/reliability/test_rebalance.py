@@ -1,0 +1,99 @@
+"""Rebalance: a second worker joins mid-trace, then the first leaves (SIGTERM).
+
+Partitions, and the tables co-partitioned with them, move twice while work flows. Every
+workload still has exactly one result, and the worker left standing serves cost models that
+carry on from where the first worker had them (global tables, restored from changelogs).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from app.local import free_port
+from tests.reliability.harness import (
+    SCALES,
+    Load,
+    Scale,
+    TopicWatcher,
+    alive_check,
+    assert_exactly_once,
+    crashed_agents,
+    ledger,
+    model_samples,
+    new_cluster,
+    record_figures,
+    start_executors,
+    topic_names,
+    wait_all_results,
+    workloads,
+)
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_worker_joins_then_one_leaves_mid_trace(broker, workdir, scale: Scale):
+    """Join at a fifth of the results, leave once both are ready: one result per workload."""
+    cluster = new_cluster(workdir, broker)
+    names = topic_names(cluster.namespace)
+    port_b = free_port()
+    with cluster:
+        first = cluster.start_worker("worker-a")
+        executors = start_executors(cluster, ["h100", "a100"])
+        cluster.wait_ready(first, 240)
+        cluster.wait_devices([p.name for p in executors], 120)
+        watcher = TopicWatcher(broker, [names["results"], names["outcomes"]]).start()
+        # Slow enough that the trace outlasts a join (~20 s here) and a leave.
+        rate = scale.workloads / (60.0 if scale.name == "bounded" else 180.0)
+        load = Load(broker, names["workloads"], workloads(scale.workloads, "rb-"), rate,
+                    duplicate_every=25).start()
+
+        def results() -> int:
+            return len(watcher.key_counts(names["results"]))
+
+        try:
+            watcher.wait(lambda: results() >= scale.workloads // 5, 180, "a fifth of the results",
+                         alive_check(first, *executors))
+            joined_at = time.monotonic()
+            second = cluster.start_worker("worker-b", web_port=port_b,
+                                          data_dir=workdir / "worker-b-data")
+            cluster.wait_ready(second, 240, web_port=port_b)
+            cluster.wait_ready(first, 240)
+            join_s = time.monotonic() - joined_at
+            before_leave = model_samples(cluster)
+            sent_at_leave = load.sent
+            left_at = time.monotonic()
+            cluster.kill(first, signal.SIGTERM)  # a clean leave: partitions move at once
+            cluster.wait_ready(second, 240, web_port=port_b)
+            leave_s = time.monotonic() - left_at
+            after_leave = model_samples(cluster, port_b)
+            load.join(scale.workloads / scale.rate + 240)
+            wait_all_results(watcher, names, set(load.send_counts), 300, broker, cluster.app_id,
+                             alive_check(second, *executors))
+            book = ledger(load, watcher, names)
+        finally:
+            load.close()
+            watcher.close()
+        record_figures("rebalance", scale, {
+            **book.figures(), "join_to_both_ready_s": round(join_s, 1),
+            "leave_to_ready_s": round(leave_s, 1), "models_before_leave": before_leave,
+            "models_after_leave": after_leave,
+            "sent_before_join_leave_after": [scale.workloads // 5, sent_at_leave],
+        })
+        assert sent_at_leave < scale.workloads, "the trace ended before the leave"
+        assert_exactly_once(book)
+        assert not crashed_agents(second.log_tail(10**9))
+        for device_class, samples in before_leave.items():
+            # Not cold: the model the standing worker serves kept (nearly) all it had learned.
+            assert after_leave.get(device_class, 0) >= samples / 2 > 0, (before_leave,
+                                                                         after_leave)
+        regressed = {c: (n, after_leave.get(c, 0)) for c, n in before_leave.items()
+                     if after_leave.get(c, 0) < n}
+        if regressed:
+            # Known race, reported to the owner of agents/learn.py: learn reads and rewrites
+            # a *global* table; across a handoff the new owner can update a copy that has not
+            # yet seen the old owner's last write, so that batch's samples are lost.
+            pytest.xfail(f"cost-model samples went back during the handoff: {regressed}")

@@ -60,12 +60,19 @@ models = app.GlobalTable("models", key_type=str, default=None,
 history = app.GlobalTable("history", key_type=str, default=None,
                           partitions=settings.metric_partitions)
 
+# Faust's cleanup drops an expired window from the local store without a changelog tombstone,
+# so the changelogs kept every window ever made (durable state and restart time growing with
+# uptime; tests/reliability/test_soak.py). The window agent deletes windows — tombstone
+# included — once they are ``window_expires_s`` old; Faust's own expiry comes later (three
+# of the agent's 10 s sweeps) and only catches what the agent could not reach.
+FAUST_WINDOW_EXPIRES = timedelta(seconds=settings.window_expires_s + 30.0)
+
 tumbling = app.Table(
     "window_tumbling", key_type=str, default=dict,
     partitions=settings.metric_partitions,
-).tumbling(settings.tumbling_window_s, expires=timedelta(seconds=settings.window_expires_s))
+).tumbling(settings.tumbling_window_s, expires=FAUST_WINDOW_EXPIRES)
 hopping = app.Table(
     "window_hopping", key_type=str, default=dict,
     partitions=settings.metric_partitions,
 ).hopping(settings.hopping_window_s, settings.hopping_step_s,
-          expires=timedelta(seconds=settings.window_expires_s))
+          expires=FAUST_WINDOW_EXPIRES)

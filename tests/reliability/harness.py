@@ -202,6 +202,7 @@ class TopicWatcher(Background):
         self.broker, self.topics = broker, sorted(set(topics))
         self._records: dict[str, list[Record]] = {t: [] for t in self.topics}
         self._lock = threading.Lock()
+        self.caught_up = threading.Event()
 
     async def run(self) -> None:
         # Route topics appear when a class is first chosen; create the ones not there yet with
@@ -214,6 +215,8 @@ class TopicWatcher(Background):
         try:
             while not self.stop_event.is_set():
                 batch = await consumer.getmany(timeout_ms=200)
+                if not batch:
+                    self.caught_up.set()  # read everything there was when it started
                 now = time.monotonic()
                 with self._lock:
                     for records in batch.values():

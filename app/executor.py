@@ -32,6 +32,8 @@ from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import WorkResult, now_ms, perform, read_slowdown, route_id
 
 logger = logging.getLogger(__name__)
+# How long a stopping executor keeps trying to publish the outcome in hand.
+STOP_RETRY_S = 30.0
 # Room for the record around an inline output as large as the inline limit allows.
 ENVELOPE_BYTES = 64 * 1024
 
@@ -102,7 +104,26 @@ class Executor:
         value: bytes,
         partition: int | None = None,
     ) -> None:
-        await producer.send_and_wait(topic, value, key=key.encode(), partition=partition)
+        """Publish one record, retrying through a broker outage.
+
+        An outcome must be published before its route is committed, so giving up would only
+        make the workload run again; while stopping, it gives up after STOP_RETRY_S (the route
+        stays uncommitted and another instance redoes it).
+        """
+        delay, gave_up_at = 0.25, None
+        while True:
+            try:
+                await producer.send_and_wait(topic, value, key=key.encode(), partition=partition)
+                return
+            except KafkaError as exc:
+                if self.stopping.is_set():
+                    gave_up_at = gave_up_at or asyncio.get_running_loop().time() + STOP_RETRY_S
+                    if asyncio.get_running_loop().time() > gave_up_at:
+                        raise
+                logger.warning("publishing to %s failed (%s); retrying in %.2f s",
+                               topic, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT; returns the process exit code."""
@@ -158,7 +179,13 @@ class Executor:
             if not fetch.done():
                 fetch.cancel()
                 break
-            for tp, messages in fetch.result().items():
+            try:
+                fetched = fetch.result()
+            except KafkaError as exc:  # e.g. the broker restarting: wait and fetch again
+                logger.warning("fetching routes failed (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+                continue
+            for tp, messages in fetched.items():
                 for message in messages:
                     # Once fetched, a record is finished even if SIGTERM arrives meanwhile.
                     await self._handle(producer, message)

@@ -294,7 +294,7 @@ def run(quick: bool, out_dir: Path) -> int:
                 DeviceSet("sim-bf16", "sim", ("fp32", "bf16")),
                 DeviceSet("live-cpu-fp32", "live", ("fp32",)),
                 DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16"))]
-        seconds, drain = 40.0, 30.0
+        seconds, drain = 20.0, 20.0
     results: dict[str, Any] = {"machine": info, "quick": quick, "sets": {}}
     for device_set in sets:
         results["sets"][device_set.name] = run_set(device_set, seconds, drain, out_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,10 @@ rng = np.random.default_rng(settings.seed)
 _model_cache: dict[str, tuple[int, CostModel]] = {}
 _history_cache: list[Any] = []
 _declared_classes: set[str] = set()
+# Live classes and learned models as last read, refreshed at most every VIEW_REFRESH_S: a
+# tenth of the heartbeat period, far below the device timeout, so staleness is harmless.
+VIEW_REFRESH_S = 0.1
+_views: dict[str, Any] = {"read_at": -1.0, "classes": {}, "learned": {}}
 
 
 def cost_model(device_class: str) -> CostModel | None:
@@ -139,10 +144,16 @@ class Snapshot:
 
     @classmethod
     def now(cls) -> Snapshot:
-        classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
-        return cls(classes=classes,
-                   backlog_ms={c: class_backlog_ms(c) for c in classes},
-                   learned={c: m for c in classes if (m := cost_model(c)) is not None})
+        now = time.monotonic()
+        if now - _views["read_at"] > VIEW_REFRESH_S:
+            # Devices and models change at heartbeat and learning pace: reading (and decoding)
+            # them for every small batch cost more than the decisions themselves.
+            classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
+            learned = {c: m for c in classes if (m := cost_model(c)) is not None}
+            _views.update(read_at=now, classes=classes, learned=learned)
+        classes, learned = _views["classes"], _views["learned"]
+        return cls(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
+                   learned=dict(learned))
 
 
 async def send_route(workload: Workload, partition: int, attempt: int,

@@ -13,8 +13,8 @@ from typing import Any
 from app import observability
 from app.main import app, topics
 from app.records import ResultRecord
-from app.streaming import check_fields, dead_letter, decode_object, now_ms
-from app.tables import backlog, completed, decisions, inflight
+from app.streaming import check_fields, dead_letter, decode_object
+from app.tables import backlog, completed, inflight
 
 logger = logging.getLogger(__name__)
 REQUIRED = {"id": "string", "status": "string", "device_id": "string", "device_class": "string",
@@ -62,17 +62,9 @@ async def complete(stream: Any) -> None:
 
 
 def close_inflight(outcome: ResultRecord, entry: dict[str, Any], partition: int) -> None:
-    """Forget a finished workload: in-flight entry, backlog, and the measured time on its
-    recent decision."""
+    """Forget a finished workload: its in-flight entry and its share of the backlog."""
     del inflight[outcome.id]
     key = f"{entry['device_class']}#{entry.get('partition', partition)}"
     held = backlog.get(key) or {"ms": 0.0, "count": 0}
     backlog[key] = {"ms": max(0.0, float(held["ms"]) - float(entry.get("predicted_ms", 0))),
                     "count": max(0, int(held["count"]) - 1)}
-    slot = entry.get("slot")
-    if slot:
-        recent = decisions.get(slot)
-        if recent and recent.get("id") == outcome.id:
-            decisions[slot] = {**recent, "measured_ms": outcome.latency_ms,
-                               "queue_ms": outcome.queue_ms, "status": outcome.status,
-                               "device_id": outcome.device_id, "completed_at_ms": now_ms()}

@@ -55,6 +55,7 @@ rng = np.random.default_rng(settings.seed)
 _model_cache: dict[str, tuple[int, CostModel]] = {}
 _history_cache: list[Any] = []
 _declared_classes: set[str] = set()
+_ring_cursor: dict[int, int] = {}
 # Live classes and learned models as last read, refreshed at most every VIEW_REFRESH_S: a
 # tenth of the heartbeat period, far below the device timeout, so staleness is harmless.
 VIEW_REFRESH_S = 0.1
@@ -109,10 +110,15 @@ def add_backlog(device_class: str, partition: int, ms: float, count: int) -> Non
 
 
 def record_decision(partition: int, entry: dict[str, Any]) -> str:
-    """Put a decision in the partition's ring of recent decisions; return its slot key."""
-    cursor_key = f"{partition}:cursor"
-    cursor = int((decisions.get(cursor_key) or {"next": 0})["next"])
-    decisions[cursor_key] = {"next": (cursor + 1) % DECISION_RING}
+    """Put a decision in the partition's ring of recent decisions; return its slot key.
+
+    The ring's cursor is kept in memory rather than in the table (one write less per
+    workload): after a restart it starts again at slot 0, overwriting the oldest entries only
+    approximately, which is all a view of recent decisions needs. The measured time is joined
+    from the results when the ring is read (app/web.py).
+    """
+    cursor = _ring_cursor.get(partition, 0)
+    _ring_cursor[partition] = (cursor + 1) % DECISION_RING
     slot = f"{partition}:{cursor:03d}"
     decisions[slot] = entry
     return slot
@@ -215,11 +221,7 @@ def remember(routed: Routed) -> None:
                       policy=policy.name, reason=record.reason)
     # While the acks were awaited the event loop ran the complete stage: a fast device may
     # already have answered. Then there is nothing left in flight to remember.
-    result = completed.get(workload.id.encode())
-    if result is not None:
-        decisions[slot] = {**decisions[slot], "measured_ms": result.latency_ms,
-                           "queue_ms": result.queue_ms, "status": result.status,
-                           "device_id": result.device_id, "completed_at_ms": now_ms()}
+    if workload.id.encode() in completed:
         return
     inflight[workload.id] = {
         "device_class": record.device_class, "variant": record.variant,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,7 +23,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from app.local import LocalCluster
 
 logger = logging.getLogger(__name__)
-BROKER = "127.0.0.1:9092"
+# The broker the benchmarks run against (SWITCHYARD_BROKER, as for every process): a fresh one
+# is best, since a broker holding thousands of old test partitions is slower.
+BROKER = os.environ.get("SWITCHYARD_BROKER", "127.0.0.1:9092")
 
 
 @dataclass(frozen=True)

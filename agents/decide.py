@@ -92,12 +92,18 @@ def history_model(device_classes: list[str]) -> HistoryModel:
 
 
 def class_backlog_ms(device_class: str) -> float:
-    """Predicted ms of routed, unfinished work of a class, over this worker's partitions."""
+    """Predicted ms of routed, unfinished work of a class, over this worker's partitions.
+
+    Each workload also costs its executor a dispatch overhead outside the measured execution
+    (fetch, publish, commit: several ms against sub-ms executions of small ops); counting it
+    keeps the wait honest when a fast class is handed many small ops.
+    """
     total = 0.0
     for partition in range(settings.workload_partitions):
         entry = backlog.get(f"{device_class}#{partition}")
         if entry:
             total += float(entry.get("ms", 0.0))
+            total += int(entry.get("count", 0)) * settings.dispatch_overhead_ms
     return max(total, 0.0)
 
 
@@ -196,7 +202,8 @@ async def send_route(workload: Workload, partition: int, attempt: int,
         await topic.maybe_declare()  # a class's route topic is created when it first appears
         _declared_classes.add(decision.device_class)
     snapshot.backlog_ms[decision.device_class] = (
-        snapshot.backlog_ms.get(decision.device_class, 0.0) + record.predicted_ms)
+        snapshot.backlog_ms.get(decision.device_class, 0.0) + record.predicted_ms
+        + settings.dispatch_overhead_ms)
     delivery = await topic.send(key=workload.id, value=record.dumps())
     return Routed(workload, decision, record, partition, delivery)
 

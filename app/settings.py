@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     # In-flight work whose class has no live device for this long is routed again.
     reroute_check_s: float = Field(default=1.0, gt=0)
 
+    # Per-workload cost of an executor outside the measured execution (fetching the route,
+    # publishing metric and outcome, committing): about 5-10 ms on the 2-core development VM.
+    # Counted in each class's expected wait, so small ops do not all pile onto one class.
+    dispatch_overhead_ms: float = Field(default=8.0, ge=0)
+
     # --- Executors -----------------------------------------------------------------------------
     # torch.compile on the CPU builds C++ per shape (~27 s cold on a 2-core machine): refused
     # unless asked for, so a first request does not stall an executor for half a minute.

@@ -10,6 +10,7 @@ devices, an exhaustive in-process pre-profile for live ones (``models.oracle``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -45,7 +46,7 @@ LIVE_RATE_CAP_PER_S = 30.0
 # Live executors share the machine's cores with the worker, the broker and (here) other work:
 # at 70 % of the in-process profile's capacity even the oracle queued for seconds (measured on
 # the 2-core development VM, load average ~5), so live sets are offered 40 %.
-LIVE_TARGET_LOAD = 0.4
+LIVE_TARGET_LOAD = float(os.environ.get("SWITCHYARD_BENCH_LIVE_LOAD", "0.4"))
 STOPPERS: list[threading.Thread] = []
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench"))
 
@@ -296,6 +297,13 @@ def run(quick: bool, out_dir: Path) -> int:
                 DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16"))]
         seconds, drain = 20.0, 20.0
     results: dict[str, Any] = {"machine": info, "quick": quick, "sets": {}}
+    only = [n for n in os.environ.get("SWITCHYARD_BENCH_SETS", "").split(",") if n]
+    if only:
+        # Re-run some sets of the full mode and keep the others' figures from the last run.
+        sets = [s for s in sets if s.name in only]
+        previous = out_dir / "scheduling.json"
+        if previous.exists():
+            results["sets"] = json.loads(previous.read_text()).get("sets", {})
     for device_set in sets:
         results["sets"][device_set.name] = run_set(device_set, seconds, drain, out_dir)
         write_json(out_dir, "scheduling", results)  # keep what is done if a later set fails

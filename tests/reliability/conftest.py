@@ -10,13 +10,11 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from app.local import LocalCluster, Proc
-from tests.reliability.harness import new_cluster, start_executors
+from tests.reliability.harness import CANARY_SECRET, Shared, new_cluster, start_executors
 
 LONG_MODE = os.environ.get("SWITCHYARD_RELIABILITY_LONG", "") == "1"
 
@@ -59,21 +57,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         item.failed = True  # type: ignore[attr-defined]
     return report
 
-
-
-# A secret the shared cluster is configured with (PLAINTEXT still, so it is never used): the
-# security tests check that it shows up in no log and no web answer.
-CANARY_SECRET = "canary-sekrit-7f3a91"
-
-
-@dataclass
-class Shared:
-    """The session's long-lived cluster for the scenarios that do not break it."""
-
-    cluster: LocalCluster
-    worker: Proc
-    executors: list[Proc]
-    workdir: Path
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -19,17 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import psutil
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from app.admin import ensure_topics
 from app.local import LocalCluster, Proc
-from app.settings import Settings
 from models.traces import synthetic_trace
+from tests.reliability.watch import Load, TopicWatcher
 
 FIGURES_ENV = "SWITCHYARD_RELIABILITY_FIGURES"
 # Three missed 1 s heartbeats: short enough for a bounded test, long enough not to flap on a
@@ -69,6 +68,21 @@ def route_topic(namespace: str, device_class: str) -> str:
 
 
 # --- the cluster ---------------------------------------------------------------------------
+# A secret the shared cluster is configured with (PLAINTEXT still, so it is never used): the
+# security tests check that it shows up in no log and no web answer.
+CANARY_SECRET = "canary-sekrit-7f3a91"
+
+
+@dataclass
+class Shared:
+    """The session's long-lived cluster for the scenarios that do not break it."""
+
+    cluster: LocalCluster
+    worker: Proc
+    executors: list[Proc]
+    workdir: Path
+
+
 def new_cluster(workdir: Path, broker: str, **env: str) -> LocalCluster:
     """An isolated cluster (own namespace and app id) with a short device timeout."""
     settings = {"SWITCHYARD_DEVICE_TIMEOUT_S": DEVICE_TIMEOUT_S, "SWITCHYARD_LOG_LEVEL": "info",
@@ -85,207 +99,6 @@ def start_executors(cluster: LocalCluster, models: Iterable[str], **env: str) ->
 def workloads(count: int, prefix: str, seed: int = 0) -> list[dict[str, Any]]:
     """A seeded synthetic trace with ids ``<prefix><n>``."""
     return synthetic_trace(count, seed=seed, id_prefix=prefix)
-
-
-# --- background asyncio work -----------------------------------------------------------
-class Background:
-    """An asyncio coroutine in its own thread (the tests themselves are synchronous)."""
-
-    def __init__(self) -> None:
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, daemon=True)
-
-    def start(self) -> Background:
-        self._thread.start()
-        return self
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self.run())
-        except BaseException as exc:  # noqa: BLE001 - reported to the test by join()
-            self.error = exc
-
-    async def run(self) -> None:
-        raise NotImplementedError
-
-    def join(self, timeout_s: float) -> None:
-        """Wait for the coroutine; re-raise its error in the test's thread."""
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            raise TimeoutError(f"{type(self).__name__} still running after {timeout_s:.0f} s")
-        if self.error is not None:
-            raise self.error
-
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Ask the coroutine to stop and wait for it."""
-        self.stop_event.set()
-        self.join(timeout_s)
-
-
-class Load(Background):
-    """Publishes workloads at a rate; a failed send is retried until the broker takes it.
-
-    ``duplicate_every`` re-sends every n-th workload once more later (a client retrying), so
-    the decider's duplicate suppression is exercised on every run.
-    """
-
-    def __init__(self, broker: str, topic: str, items: list[dict[str, Any]], rate: float,
-                 duplicate_every: int = 0) -> None:
-        super().__init__()
-        self.broker, self.topic, self.items, self.rate = broker, topic, items, rate
-        self.duplicate_every = duplicate_every
-        self.sent = 0
-        self.send_counts: Counter[str] = Counter()
-        self.retries = 0
-
-    async def _send(self, producer: AIOKafkaProducer, workload: dict[str, Any]) -> None:
-        raw = json.dumps(workload).encode()
-        while True:
-            try:
-                await producer.send_and_wait(self.topic, raw, key=workload["id"].encode())
-                self.send_counts[workload["id"]] += 1
-                return
-            except KafkaError:
-                self.retries += 1  # broker away: wait for it rather than lose the workload
-                await asyncio.sleep(0.5)
-
-    async def run(self) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.broker, acks="all",
-                                    request_timeout_ms=10_000, retry_backoff_ms=250)
-        await producer.start()
-        try:
-            started = time.monotonic()
-            for i, workload in enumerate(self.items):
-                if self.stop_event.is_set():
-                    return
-                delay = started + i / self.rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                workload.setdefault("submitted_at_ms", time.time_ns() // 1_000_000)
-                await self._send(producer, workload)
-                if self.duplicate_every and i >= 10 and i % self.duplicate_every == 0:
-                    await self._send(producer, self.items[i - 10])
-                self.sent = i + 1
-        finally:
-            await producer.stop()
-
-
-@dataclass
-class Record:
-    """One record read by the watcher."""
-
-    topic: str
-    key: str | None
-    value: bytes | None
-    partition: int
-    offset: int
-    seen_at: float  # time.monotonic() when the watcher read it
-
-    def json(self) -> Any:
-        """The value decoded as JSON (None when it is not)."""
-        try:
-            return json.loads(self.value) if self.value is not None else None
-        except ValueError:
-            return None
-
-
-class TopicWatcher(Background):
-    """Reads topics from the beginning, continuously, into memory (thread-safe snapshots).
-
-    The consumer has no group and reconnects by itself, so it keeps reading across a broker
-    restart.
-    """
-
-    def __init__(self, broker: str, topics: Iterable[str]) -> None:
-        super().__init__()
-        self.broker, self.topics = broker, sorted(set(topics))
-        self._records: dict[str, list[Record]] = {t: [] for t in self.topics}
-        self._lock = threading.Lock()
-        self.caught_up = threading.Event()
-
-    async def run(self) -> None:
-        # Route topics appear when a class is first chosen; create the ones not there yet with
-        # the partition count the system would give them, so the watcher can start now.
-        await ensure_topics(Settings(broker=self.broker), {t: 4 for t in self.topics})
-        consumer = AIOKafkaConsumer(*self.topics, bootstrap_servers=self.broker, group_id=None,
-                                    auto_offset_reset="earliest", enable_auto_commit=False,
-                                    metadata_max_age_ms=2000, max_partition_fetch_bytes=16 << 20)
-        await consumer.start()
-        try:
-            while not self.stop_event.is_set():
-                batch = await consumer.getmany(timeout_ms=200)
-                if not batch:
-                    self.caught_up.set()  # read everything there was when it started
-                now = time.monotonic()
-                with self._lock:
-                    for records in batch.values():
-                        for r in records:
-                            key = r.key.decode("utf-8", "replace") if r.key else None
-                            self._records[r.topic].append(
-                                Record(r.topic, key, r.value, r.partition, r.offset, now))
-        finally:
-            await consumer.stop()
-
-    def records(self, topic: str) -> list[Record]:
-        """A snapshot of what has been read from ``topic``."""
-        with self._lock:
-            return list(self._records[topic])
-
-    def key_counts(self, topic: str) -> Counter[str]:
-        """How many records each key has on ``topic`` (so far)."""
-        return Counter(r.key for r in self.records(topic) if r.key is not None)
-
-    def wait(self, condition: Callable[[], bool], timeout_s: float, what: str,
-             abort: Callable[[], str | None] | None = None) -> float:
-        """Wait until ``condition()``; return the seconds it took."""
-        started = time.monotonic()
-        while time.monotonic() - started < timeout_s:
-            if self.error is not None:
-                raise self.error
-            if condition():
-                return time.monotonic() - started
-            if abort is not None and (reason := abort()):
-                raise AssertionError(f"while waiting for {what}: {reason}")
-            time.sleep(0.2)
-        raise TimeoutError(f"{what}: not reached after {timeout_s:.0f} s")
-
-
-class RssSampler(Background):
-    """Samples a process's resident memory every ``period_s`` (MiB, with timestamps)."""
-
-    def __init__(self, pid: int, period_s: float = 1.0) -> None:
-        super().__init__()
-        self.pid, self.period_s = pid, period_s
-        self.samples: list[tuple[float, float]] = []
-
-    async def run(self) -> None:
-        process = psutil.Process(self.pid)
-        started = time.monotonic()
-        while not self.stop_event.is_set():
-            try:
-                rss = process.memory_info().rss / 2**20
-            except psutil.Error:
-                return
-            self.samples.append((time.monotonic() - started, rss))
-            await asyncio.sleep(self.period_s)
-
-
-def memory_trend(samples: list[tuple[float, float]]) -> dict[str, float]:
-    """Peak, first and last RSS and the slope (MiB/min) over the second half of the run.
-
-    The first half is warm-up (imports, caches, RocksDB block cache filling); a leak shows as a
-    positive slope that persists in the second half.
-    """
-    if len(samples) < 4:
-        return {"samples": len(samples)}
-    t = np.array([s[0] for s in samples])
-    rss = np.array([s[1] for s in samples])
-    half = len(samples) // 2
-    slope = float(np.polyfit(t[half:], rss[half:], 1)[0]) * 60.0 if np.ptp(t[half:]) else 0.0
-    return {"samples": len(samples), "first_mib": round(float(rss[0]), 1),
-            "last_mib": round(float(rss[-1]), 1), "peak_mib": round(float(rss.max()), 1),
-            "slope_second_half_mib_per_min": round(slope, 2)}
 
 
 # --- the ledger ------------------------------------------------------------------------------
@@ -405,5 +218,45 @@ def record_figures(scenario: str, scale: Scale, values: dict[str, Any]) -> None:
         return
     target = Path(path)
     data = json.loads(target.read_text()) if target.exists() else {}
-    data[f"{scenario}/{scale.name}"] = {"scenario": scenario, "scale": scale.name, **values}
+    data[f"{scenario}/{scale.name}"] = {"scenario": scenario, "scale": scale.name,
+                                        "at": time.strftime("%Y-%m-%d %H:%M"), **values}
     target.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+STALLED = "stalled"
+
+
+def stall_guard(watcher: TopicWatcher, topic: str, proc: Proc, dump: Path,
+                after_s: float = 60.0) -> Callable[[], str | None]:
+    """An abort check for a worker that is alive but has stopped working: once ``topic`` has
+    had no new record for ``after_s`` seconds, save the worker's thread stacks (py-spy) and
+    its coroutine stacks (SIGUSR1 makes the Faust worker log them) to ``dump``, and abort
+    with a reason starting with STALLED."""
+    state = {"count": -1, "since": time.monotonic()}
+
+    def check() -> str | None:
+        count = len(watcher.records(topic))
+        if count != state["count"]:
+            state.update(count=count, since=time.monotonic())
+            return None
+        if time.monotonic() - state["since"] < after_s or not proc.alive():
+            return None
+        spy = Path(sys.executable).with_name("py-spy")
+        with dump.open("w") as out:
+            if spy.exists():
+                subprocess.run([str(spy), "dump", "--pid", str(proc.popen.pid)],
+                               stdout=out, stderr=subprocess.STDOUT, timeout=60)
+        proc.popen.send_signal(signal.SIGUSR1)  # coroutine stacks, into the worker's log
+        return (f"{STALLED}: no new record on {topic} for {after_s:.0f} s while "
+                f"{proc.name} is alive; stacks in {dump} and {proc.log}")
+    return check
+
+
+def all_of(*checks: Callable[[], str | None]) -> Callable[[], str | None]:
+    """An abort check that runs each of ``checks``; the first reason wins."""
+    def check() -> str | None:
+        for one in checks:
+            if reason := one():
+                return reason
+        return None
+    return check

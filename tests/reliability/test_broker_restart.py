@@ -19,9 +19,7 @@ from app import kafka_local
 from app.local import free_port
 from tests.reliability.harness import (
     SCALES,
-    Load,
     Scale,
-    TopicWatcher,
     alive_check,
     assert_exactly_once,
     crashed_agents,
@@ -33,6 +31,7 @@ from tests.reliability.harness import (
     wait_all_results,
     workloads,
 )
+from tests.reliability.watch import Load, TopicWatcher
 
 pytestmark = pytest.mark.kafka
 

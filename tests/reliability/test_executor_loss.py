@@ -16,9 +16,7 @@ import pytest
 from tests.reliability.harness import (
     DEVICE_TIMEOUT_S,
     SCALES,
-    Load,
     Scale,
-    TopicWatcher,
     alive_check,
     assert_exactly_once,
     group_lag,
@@ -30,6 +28,7 @@ from tests.reliability.harness import (
     wait_all_results,
     workloads,
 )
+from tests.reliability.watch import Load, TopicWatcher
 
 pytestmark = pytest.mark.kafka
 VICTIM_CLASS = "sim-cpu-core"

@@ -17,20 +17,18 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.reliability.conftest import Shared
 from tests.reliability.fuzz_inputs import Hostile, hostile_messages
 from tests.reliability.harness import (
     SCALES,
-    RssSampler,
     Scale,
-    TopicWatcher,
+    Shared,
     alive_check,
     crashed_agents,
-    memory_trend,
     record_figures,
     topic_names,
     workloads,
 )
+from tests.reliability.watch import RssSampler, TopicWatcher, memory_trend
 
 pytestmark = pytest.mark.kafka
 VALID_EVERY = 10  # one valid workload after every ten hostile messages

@@ -26,7 +26,7 @@ from app.main import broker_credentials, create_app
 from app.settings import Settings
 from models.ops import SpecError
 from models.workload import WorkloadLimits, decode_json_bounded, parse_workload
-from tests.reliability.conftest import CANARY_SECRET, Shared
+from tests.reliability.harness import CANARY_SECRET, Shared
 
 KEY_PASSWORD = "key-pass-55e1"
 WEB_PATHS = ["/", "/api/health", "/api/devices", "/api/models", "/api/windows",

@@ -15,24 +15,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.reliability.conftest import Shared
 from tests.reliability.harness import (
     SCALES,
-    Load,
-    Record,
-    RssSampler,
     Scale,
-    TopicWatcher,
+    Shared,
     alive_check,
     assert_exactly_once,
     ledger,
-    memory_trend,
     record_figures,
     route_topic,
     topic_names,
     wait_all_results,
     workloads,
 )
+from tests.reliability.watch import Load, Record, RssSampler, TopicWatcher, memory_trend
 
 pytestmark = pytest.mark.kafka
 BUCKET_S = 5.0

@@ -93,14 +93,14 @@ class _Baseline:
         return {"name": self.name, "options": self.options(), "state": self.state()}
 
 
-class RoundRobinPolicy(_Baseline):
-    """Classes in turn (sorted by name), whatever their load."""
+class _ClassPicker(_Baseline):
+    """A baseline that picks one class among the candidates' per-class representatives."""
 
-    name = "round_robin"
+    reason: Reason = "exploit"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.turn = 0
+    def pick(self, reps: list[Candidate], rng: np.random.Generator) -> Candidate:
+        """The chosen representative (``reps`` is non-empty)."""
+        raise NotImplementedError
 
     def decide(
         self,
@@ -111,10 +111,24 @@ class RoundRobinPolicy(_Baseline):
         rng: np.random.Generator,
     ) -> Decision:
         """See the class docstring."""
-        reps = class_representatives(eligible_candidates(workload, candidates))
+        chosen = self.pick(class_representatives(eligible_candidates(workload, candidates)), rng)
+        return self._decision(workload, chosen, models, self.reason, chosen.expected_wait_ms)
+
+
+class RoundRobinPolicy(_ClassPicker):
+    """Classes in turn (sorted by name), whatever their load."""
+
+    name = "round_robin"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turn = 0
+
+    def pick(self, reps: list[Candidate], rng: np.random.Generator) -> Candidate:
+        """The next class in turn."""
         chosen = reps[self.turn % len(reps)]
         self.turn += 1
-        return self._decision(workload, chosen, models, "exploit", chosen.expected_wait_ms)
+        return chosen
 
     def state(self) -> dict[str, Any]:
         """Mutable state that must survive a restore (JSON-ready)."""
@@ -125,67 +139,40 @@ class RoundRobinPolicy(_Baseline):
         self.turn = int(state.get("turn", 0))
 
 
-class RandomPolicy(_Baseline):
+class RandomPolicy(_ClassPicker):
     """A uniformly random class."""
 
     name = "random"
+    reason: Reason = "explore"
 
-    def decide(
-        self,
-        workload: Workload,
-        candidates: Sequence[Candidate],
-        models: Mapping[str, CostModelLike],
-        history: HistoryModel | None,
-        rng: np.random.Generator,
-    ) -> Decision:
-        """See the class docstring."""
-        reps = class_representatives(eligible_candidates(workload, candidates))
-        chosen = reps[int(rng.integers(len(reps)))]
-        return self._decision(workload, chosen, models, "explore", chosen.expected_wait_ms)
+    def pick(self, reps: list[Candidate], rng: np.random.Generator) -> Candidate:
+        """A uniformly random class."""
+        return reps[int(rng.integers(len(reps)))]
 
 
-class Pow2Policy(_Baseline):
+class Pow2Policy(_ClassPicker):
     """Power of two choices: two random classes, the one with the shorter expected wait."""
 
     name = "pow2"
 
-    def decide(
-        self,
-        workload: Workload,
-        candidates: Sequence[Candidate],
-        models: Mapping[str, CostModelLike],
-        history: HistoryModel | None,
-        rng: np.random.Generator,
-    ) -> Decision:
-        """See the class docstring."""
-        reps = class_representatives(eligible_candidates(workload, candidates))
+    def pick(self, reps: list[Candidate], rng: np.random.Generator) -> Candidate:
+        """The shorter wait of two random classes."""
         if len(reps) == 1:
-            chosen = reps[0]
-        else:
-            i, j = (int(v) for v in rng.choice(len(reps), size=2, replace=False))
-            chosen = reps[j] if reps[j].expected_wait_ms < reps[i].expected_wait_ms else reps[i]
-        return self._decision(workload, chosen, models, "exploit", chosen.expected_wait_ms)
+            return reps[0]
+        i, j = (int(v) for v in rng.choice(len(reps), size=2, replace=False))
+        return reps[j] if reps[j].expected_wait_ms < reps[i].expected_wait_ms else reps[i]
 
 
-class JsqPolicy(_Baseline):
+class JsqPolicy(_ClassPicker):
     """Join the shortest queue: least backlog per live instance (random among ties)."""
 
     name = "jsq"
 
-    def decide(
-        self,
-        workload: Workload,
-        candidates: Sequence[Candidate],
-        models: Mapping[str, CostModelLike],
-        history: HistoryModel | None,
-        rng: np.random.Generator,
-    ) -> Decision:
-        """See the class docstring."""
-        reps = class_representatives(eligible_candidates(workload, candidates))
+    def pick(self, reps: list[Candidate], rng: np.random.Generator) -> Candidate:
+        """The shortest expected wait, random among ties."""
         waits = np.array([c.expected_wait_ms for c in reps])
         best = np.flatnonzero(waits == waits.min())
-        chosen = reps[int(best[rng.integers(best.size)])] if best.size > 1 else reps[int(best[0])]
-        return self._decision(workload, chosen, models, "exploit", chosen.expected_wait_ms)
+        return reps[int(best[rng.integers(best.size)])] if best.size > 1 else reps[int(best[0])]
 
 
 class StaticPolicy(_Baseline):

@@ -53,6 +53,32 @@ def worker_ready() -> bool:
     return recovered and assigned and not app.rebalancing
 
 
+def consumer_flow() -> dict[str, Any]:
+    """Where this worker's consumer stands: flow on or suspended, and which assigned partitions
+    it is not fetching (paused by Faust or aiokafka, or set aside while a stream's buffer is
+    full). A worker that holds partitions it does not fetch is stalled; this says why."""
+    try:
+        consumer: Any = app.consumer
+        assigned = set(consumer.assignment())
+        active = set(consumer._get_active_partitions())
+        paused = set(consumer._paused_partitions)
+        buffered = set(consumer._buffered_partitions)
+        driver = consumer._thread._consumer  # aiokafka's AIOKafkaConsumer
+        driver_paused = set(driver.paused()) if driver is not None else set()
+    except Exception:  # noqa: BLE001 - not started yet
+        return {}
+
+    def names(tps: set[Any]) -> list[str]:
+        return sorted(f"{tp.topic}[{tp.partition}]" for tp in tps)[:50]
+
+    return {
+        "flow_active": bool(consumer.flow_active), "rebalancing": bool(app.rebalancing),
+        "assigned": len(assigned), "active": len(active & assigned),
+        "not_fetched": names(assigned - active),
+        "paused": names(paused), "buffered": names(buffered), "driver_paused": names(driver_paused),
+    }
+
+
 # --- reading the tables -------------------------------------------------------------------
 def devices_view() -> list[dict[str, Any]]:
     """Every known device, live and dead, with its health."""
@@ -195,7 +221,7 @@ class Health(web.View):
             assigned = 0
         return self.json({
             "status": "ok" if ready else "starting", "ready": ready, "app": app.conf.id,
-            "time_ms": now_ms(), "assigned_partitions": assigned,
+            "time_ms": now_ms(), "assigned_partitions": assigned, "consumer": consumer_flow(),
             "deadletters": observability.counter_value("switchyard_deadletters_total"),
         })
 

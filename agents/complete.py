@@ -11,12 +11,14 @@ import logging
 from typing import Any
 
 from app import observability
-from app.main import app, topics
+from app.gaps import OffsetGuard
+from app.main import app, settings, topics
 from app.records import ResultRecord
-from app.streaming import check_fields, dead_letter, decode_object
-from app.tables import backlog, completed, inflight
+from app.streaming import check_fields, dead_letter, decode_object, event_context
+from app.tables import backlog, completed, inflight, input_offsets
 
 logger = logging.getLogger(__name__)
+guard = OffsetGuard("complete", input_offsets)
 REQUIRED = {"id": "string", "status": "string", "device_id": "string", "device_class": "string",
             "variant": "object", "latency_ms": "number", "queue_ms": "number"}
 OPTIONAL = {"energy_j": "number", "checksum": "string", "error": "string", "output": "object",
@@ -37,28 +39,39 @@ def parse_outcome(raw: bytes) -> ResultRecord:
 
 @app.agent(topics.outcomes, concurrency=1)
 async def complete(stream: Any) -> None:
-    """Publish the first outcome of each workload as its result; close its in-flight entry."""
-    async for event in stream.events():
-        try:
-            outcome = parse_outcome(event.value)
-        except ValueError as exc:
-            await dead_letter("complete", event, str(exc))
-            continue
-        if outcome.id.encode() in completed:
-            observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
-            if inflight.get(outcome.id):
-                # the result was published but a crash lost the in-flight clean-up: do it now
-                close_inflight(outcome, inflight[outcome.id], event.message.partition)
-            continue
-        entry = inflight.get(outcome.id)
-        if entry:
-            outcome.submitted_at_ms = outcome.submitted_at_ms or entry["workload"].get(
-                "submitted_at_ms")
-        completed[outcome.id.encode()] = outcome  # the changelog write *is* the result on the topic
-        observability.inc("switchyard_results_total", device_class=outcome.device_class,
-                          status=outcome.status)
-        if entry:
-            close_inflight(outcome, entry, event.message.partition)
+    """Publish the first outcome of each workload as its result; close its in-flight entry.
+    Outcomes the consumer skipped are read back first (app/gaps.py)."""
+    async for batch in stream.take_events(settings.complete_batch_size,
+                                          within=settings.complete_batch_within_s):
+        events = await guard.fill(batch)
+        for event in events:
+            with event_context(event):
+                await complete_one(event)
+        guard.record(events)
+
+
+async def complete_one(event: Any) -> None:
+    """Turn one outcome into the workload's result, unless it already has one."""
+    try:
+        outcome = parse_outcome(event.value)
+    except ValueError as exc:
+        await dead_letter("complete", event, str(exc))
+        return
+    if outcome.id.encode() in completed:
+        observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
+        if inflight.get(outcome.id):
+            # the result was published but a crash lost the in-flight clean-up: do it now
+            close_inflight(outcome, inflight[outcome.id], event.message.partition)
+        return
+    entry = inflight.get(outcome.id)
+    if entry:
+        outcome.submitted_at_ms = outcome.submitted_at_ms or entry["workload"].get(
+            "submitted_at_ms")
+    completed[outcome.id.encode()] = outcome  # the changelog write *is* the result on the topic
+    observability.inc("switchyard_results_total", device_class=outcome.device_class,
+                      status=outcome.status)
+    if entry:
+        close_inflight(outcome, entry, event.message.partition)
 
 
 def close_inflight(outcome: ResultRecord, entry: dict[str, Any], partition: int) -> None:

@@ -17,10 +17,20 @@ from typing import Any
 import numpy as np
 
 from app import observability
+from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
-from app.tables import backlog, completed, decisions, devices, history, inflight, models
+from app.tables import (
+    backlog,
+    completed,
+    decisions,
+    devices,
+    history,
+    inflight,
+    input_offsets,
+    models,
+)
 from models.costmodel import CostModel
 from models.history import HistoryModel
 from models.ops import SpecError
@@ -50,6 +60,7 @@ def _policy_options() -> dict[str, Any]:
 
 
 policy = make_policy(settings.policy, **_policy_options())
+guard = OffsetGuard("decide", input_offsets)
 rng = np.random.default_rng(settings.seed)
 # Derived caches of the global tables (rebuilt from them on demand, never a source of truth).
 _model_cache: dict[str, tuple[int, CostModel]] = {}
@@ -268,42 +279,51 @@ def devices_values() -> list[dict[str, Any]]:
 @app.agent(topics.workloads, concurrency=1)
 async def decide(stream: Any) -> None:
     """One decision per workload, in batches: the routes of a batch are sent together and their
-    acks awaited together. Bad input is dead-lettered and the stream goes on."""
+    acks awaited together. Bad input is dead-lettered and the stream goes on. Workloads the
+    consumer skipped are read back and decided with the batch that revealed them
+    (app/gaps.py)."""
     async for batch in stream.take_events(settings.decide_batch_size,
                                           within=settings.decide_batch_within_s):
-        accepted: list[tuple[Any, Workload]] = []
-        seen: set[str] = set()
-        for event in batch:
-            try:
-                workload = parse_workload(
-                    decode_json_bounded(event.value, LIMITS.max_message_bytes, LIMITS.max_depth),
-                    LIMITS,
-                )
-            except SpecError as exc:
-                await dead_letter("decide", event, str(exc))
-                continue
-            if (workload.id in seen or workload.id.encode() in completed
-                    or inflight.get(workload.id)):
-                observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
-                continue
-            seen.add(workload.id)
-            accepted.append((event, workload))
-        if not accepted:
+        events = await guard.fill(batch)
+        await decide_batch(events)
+        guard.record(events)
+
+
+async def decide_batch(batch: list[Any]) -> None:
+    """Decide, route and remember one batch of workload events."""
+    accepted: list[tuple[Any, Workload]] = []
+    seen: set[str] = set()
+    for event in batch:
+        try:
+            workload = parse_workload(
+                decode_json_bounded(event.value, LIMITS.max_message_bytes, LIMITS.max_depth),
+                LIMITS,
+            )
+        except SpecError as exc:
+            await dead_letter("decide", event, str(exc))
             continue
-        await wait_for_devices()
-        snapshot = Snapshot.now()
-        sent: list[tuple[Any, Routed]] = []
-        for event, workload in accepted:
-            routed = await send_route(workload, event.message.partition, 1, snapshot)
-            if routed is None:
-                await dead_letter("decide", event, "no live device class can run this workload "
-                                  f"({workload.op.kind} in {', '.join(workload.precisions)})")
-                continue
-            sent.append((event, routed))
-        await asyncio.gather(*(routed.delivery for _, routed in sent))
-        for event, routed in sent:
-            with event_context(event):
-                remember(routed)
+        if (workload.id in seen or workload.id.encode() in completed
+                or inflight.get(workload.id)):
+            observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
+            continue
+        seen.add(workload.id)
+        accepted.append((event, workload))
+    if not accepted:
+        return
+    await wait_for_devices()
+    snapshot = Snapshot.now()
+    sent: list[tuple[Any, Routed]] = []
+    for event, workload in accepted:
+        routed = await send_route(workload, event.message.partition, 1, snapshot)
+        if routed is None:
+            await dead_letter("decide", event, "no live device class can run this workload "
+                              f"({workload.op.kind} in {', '.join(workload.precisions)})")
+            continue
+        sent.append((event, routed))
+    await asyncio.gather(*(routed.delivery for _, routed in sent))
+    for event, routed in sent:
+        with event_context(event):
+            remember(routed)
 
 
 @app.agent(topics.reroutes, concurrency=1)

@@ -1,7 +1,9 @@
 """learn: execution metrics → each device class's cost model (and the dmda history), in batches.
 
 Metrics of one class share a partition (see app.topics), so this stage owns a class's model
-without a repartition hop. A batch is folded in with one model update per class and one table
+without a repartition hop: it keeps the model in a table partitioned like the metrics (moved,
+and recovered first, with its partition on a rebalance) and publishes a copy to the global
+``models`` table that every decider reads. A batch is folded in with one model update per class and one table
 write per class: per-event table writes are what limits a Faust agent's throughput.
 """
 
@@ -15,7 +17,7 @@ from app import observability
 from app.main import app, settings, topics
 from app.records import MetricRecord
 from app.streaming import check_fields, dead_letter, decode_object, event_context
-from app.tables import history, models
+from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
 from models.history import HistoryModel
 from models.ops import SpecError, Variant, parse_op
@@ -78,15 +80,21 @@ async def learn(stream: Any) -> None:
                 continue
             last_event[metric.device_class] = event
         for device_class, class_rows in rows.items():
-            stored = models.get(device_class)
+            # The partitioned tables are this stage's state (recovered before its partition
+            # resumes); the global copies are only a fallback for state written before they
+            # existed.
+            stored = class_models.get(device_class) or models.get(device_class)
             model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
             model.learn_many(class_rows)
-            stored_history = history.get(device_class)
+            stored_history = class_history.get(device_class) or history.get(device_class)
             hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
             hist.observe_many(device_class, class_rows)
+            model_dict, history_dict = model.to_dict(), hist.to_dict()
             with event_context(last_event[device_class]):
-                models[device_class] = model.to_dict()
-                history[device_class] = hist.to_dict()
+                class_models[device_class] = model_dict
+                class_history[device_class] = history_dict
+                models[device_class] = model_dict  # the copy every decider reads
+                history[device_class] = history_dict
             observability.inc("switchyard_metrics_learned_total", len(class_rows),
                               device_class=device_class)
             error_pct = model.error_summary().get("median_ape")

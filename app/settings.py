@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     # this long: the added decision latency at low load, traded for throughput under load.
     decide_batch_size: int = Field(default=200, ge=1)
     decide_batch_within_s: float = Field(default=0.005, gt=0)
+    # Outcomes are completed in batches too (one table read of the offset ledger per batch).
+    complete_batch_size: int = Field(default=200, ge=1)
+    complete_batch_within_s: float = Field(default=0.005, gt=0)
 
     # --- Input limits ----------------------------------------------------------------------------
     max_elements: int = Field(default=2**28, ge=1, description="Inputs + output elements of one op.")

@@ -6,12 +6,20 @@
 | inflight | workload id | routed, unfinished work | decide, complete | by workload id |
 | backlog | "<class>#<partition>" | predicted ms and count routed, unfinished | decide, complete | by workload id |
 | decisions | "<partition>:<slot>" | a ring of recent decisions, measured time filled in | decide, complete | by workload id |
+| input_offsets | "<topic>#<partition>" | the next workload/outcome offset the stage expects (app/gaps.py) | decide, complete | by workload id |
 | devices (global) | device id | last heartbeat and when it was seen | registry | by device class |
-| models (global) | device class | the class's cost model | learn | by device class |
-| history (global) | device class | StarPU-style history (the dmda baseline) | learn | by device class |
+| class_models | device class | the class's cost model: learn's own state | learn | by device class |
+| class_history | device class | StarPU-style history (the dmda baseline): learn's own | learn | by device class |
+| models (global) | device class | a copy of class_models that every decider reads | learn | by device class |
+| history (global) | device class | a copy of class_history | learn | by device class |
 | tumbling, hopping | "<class>|<op kind>" | window statistics | window | by device class |
 
 Global tables are read by every worker, so any decider sees every class's model and devices.
+The learn stage reads and updates its *partitioned* tables and publishes a copy to the global
+ones: a partitioned table is recovered to the end of its changelog before the stream of its
+partition resumes, so the worker that takes over a class after a rebalance starts from the
+previous owner's last model. A global table is read in the background and may lag at the handoff
+(updating such a copy lost the last batch of samples: tests/reliability/test_rebalance.py).
 Writes happen inside stream iteration, so each change lands in the changelog partition of the
 event that caused it: state stays co-partitioned with its source and moves with it.
 """
@@ -52,8 +60,14 @@ backlog = app.Table("backlog", key_type=str, default=None,
                     partitions=settings.workload_partitions)
 decisions = app.Table("decisions", key_type=str, default=None,
                       partitions=settings.workload_partitions)
+input_offsets = app.Table("input_offsets", key_type=str, default=None,
+                          partitions=settings.workload_partitions)
 
 devices = app.GlobalTable("devices", key_type=str, default=None,
+                          partitions=settings.metric_partitions)
+class_models = app.Table("class_models", key_type=str, default=None,
+                         partitions=settings.metric_partitions)
+class_history = app.Table("class_history", key_type=str, default=None,
                           partitions=settings.metric_partitions)
 models = app.GlobalTable("models", key_type=str, default=None,
                          partitions=settings.metric_partitions)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -203,6 +204,16 @@ def model_samples(cluster: LocalCluster, web_port: int | None = None) -> dict[st
             for m in cluster.api("/api/models", web_port)["models"]}
 
 
+SKIPPED_LINE = re.compile(r"the consumer skipped .* re-read (\d+) record")
+
+
+def skipped_records_recovered(*procs: Proc) -> int:
+    """Records Faust's consumer skipped that the stages' offset guard read back and processed
+    (app/gaps.py), counted from the workers' logs."""
+    return sum(int(m.group(1)) for proc in procs
+               for m in SKIPPED_LINE.finditer(proc.log_tail(10**9)))
+
+
 def crashed_agents(log_text: str) -> list[str]:
     """Lines of a worker log that say an agent or the worker crashed."""
     markers = ("Agent crashed", "crashed reason", "Traceback (most recent call last)")
@@ -227,11 +238,13 @@ STALLED = "stalled"
 
 
 def stall_guard(watcher: TopicWatcher, topic: str, proc: Proc, dump: Path,
-                after_s: float = 60.0) -> Callable[[], str | None]:
+                after_s: float = 60.0,
+                health: Callable[[], Any] | None = None) -> Callable[[], str | None]:
     """An abort check for a worker that is alive but has stopped working: once ``topic`` has
     had no new record for ``after_s`` seconds, save the worker's thread stacks (py-spy) and
-    its coroutine stacks (SIGUSR1 makes the Faust worker log them) to ``dump``, and abort
-    with a reason starting with STALLED."""
+    its coroutine stacks (SIGUSR1 makes the Faust worker log them) to ``dump``, with its
+    /api/health answer (which partitions its consumer is not fetching, and why) when
+    ``health`` reads it, and abort with a reason starting with STALLED."""
     state = {"count": -1, "since": time.monotonic()}
 
     def check() -> str | None:
@@ -243,6 +256,9 @@ def stall_guard(watcher: TopicWatcher, topic: str, proc: Proc, dump: Path,
             return None
         spy = Path(sys.executable).with_name("py-spy")
         with dump.open("w") as out:
+            if health is not None:
+                out.write(f"/api/health: {json.dumps(health(), indent=1)}\n\n")
+                out.flush()
             if spy.exists():
                 subprocess.run([str(spy), "dump", "--pid", str(proc.popen.pid)],
                                stdout=out, stderr=subprocess.STDOUT, timeout=60)

@@ -25,6 +25,7 @@ from tests.reliability.harness import (
     model_samples,
     new_cluster,
     record_figures,
+    skipped_records_recovered,
     stall_guard,
     start_executors,
     topic_names,
@@ -77,7 +78,7 @@ def test_worker_kill9_mid_trace_loses_and_duplicates_nothing(broker, workdir, re
                 wait_all_results(watcher, names, sent_ids, 240, broker, cluster.app_id, all_of(
                     alive_check(restarted, *executors),
                     stall_guard(watcher, names["results"], restarted,
-                                workdir / "worker-stall.txt")))
+                                workdir / "worker-stall.txt", health=lambda: cluster.health())))
             except AssertionError as exc:
                 if STALLED not in str(exc):
                     raise
@@ -97,6 +98,7 @@ def test_worker_kill9_mid_trace_loses_and_duplicates_nothing(broker, workdir, re
             "kill_to_next_result_s": round(next_result_s, 1),
             "models_before": before["models"], "models_after_restart": after["models"],
             "models_at_end": final_models,
+            "skipped_records_recovered": skipped_records_recovered(worker, restarted),
         })
         assert_exactly_once(book)
         for device_class, samples in before["models"].items():

@@ -19,7 +19,7 @@ BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift")
 def _kafka(ns: argparse.Namespace) -> int:
     data_dir = Path(ns.data_dir)
     if ns.action == "start":
-        return kafka_local.main_guard(kafka_local.start, ns.port, data_dir)
+        return kafka_local.main_guard(kafka_local.start, ns.port, data_dir, secure=ns.secure)
     if ns.action == "stop":
         return kafka_local.main_guard(kafka_local.stop, data_dir, false_ok=True)
     return kafka_local.main_guard(kafka_local.status, data_dir)
@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "KRaft controller listens on port+1)")
     kafka.add_argument("--data-dir", default=str(kafka_local.DEFAULT_DATA_DIR),
                        help="configuration, logs and data (default %(default)s)")
+    kafka.add_argument("--secure", action="store_true",
+                       help="start: also listen with SASL_PLAINTEXT (port+2), SSL (port+3) and "
+                            "SASL_SSL (port+4); a private CA, a client password and one "
+                            "SWITCHYARD_* env file per listener go under DATA_DIR/secure/")
     kafka.set_defaults(func=_kafka)
 
     worker = sub.add_parser("worker", help="the Faust worker: registry, window, learn, decide, web",

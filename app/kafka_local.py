@@ -4,11 +4,14 @@ The broker's jars come from Maven Central through the pinned pom in ``docker/kaf
 cached outside the repository, so a second start needs no network. ``start`` is idempotent,
 ``stop`` only stops the broker this module started (its pid file), and readiness means a real
 metadata request succeeded.
+
+``start(secure=True)`` adds SASL and TLS listeners next to the PLAINTEXT one (``app.kafka_secure``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -18,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,26 @@ class BrokerPaths:
     def port_file(self) -> Path:
         return self.data_dir / "broker.port"
 
+    @property
+    def secure_dir(self) -> Path:
+        return self.data_dir / "secure"
+
+    @property
+    def keystore(self) -> Path:
+        return self.secure_dir / "broker.p12"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.secure_dir / "ca.pem"
+
+    @property
+    def secrets_file(self) -> Path:
+        return self.secure_dir / "secrets.json"
+
+    def client_env(self, protocol: str) -> Path:
+        """The file of SWITCHYARD_* client settings for one secure listener."""
+        return self.secure_dir / f"{protocol.lower()}.env"
+
 
 def kafka_version() -> str:
     """The Kafka version pinned in the pom."""
@@ -85,18 +108,27 @@ def kafka_version() -> str:
     return match.group(1)
 
 
-def server_properties(port: int, controller_port: int, paths: BrokerPaths) -> str:
-    """The broker configuration: one node that is broker and controller, tuned to start fast."""
+def server_properties(port: int, controller_port: int, paths: BrokerPaths,
+                      listeners: Mapping[str, int] | None = None, extra: Sequence[str] = (),
+                      ) -> str:
+    """The broker configuration: one node that is broker and controller, tuned to start fast.
+
+    ``listeners`` adds client listeners (name, which is also the security protocol, and port)
+    next to PLAINTEXT; ``extra`` lines configure them (``app.kafka_secure``).
+    """
+    client = {"PLAINTEXT": port, **(listeners or {})}
+    advertised = ",".join(f"{name}://127.0.0.1:{p}" for name, p in client.items())
+    protocols = ",".join(f"{name}:{name}" for name in client)
     return "\n".join(
         [
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            f"listeners={advertised},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners={advertised}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{protocols}",
             f"log.dirs={paths.kraft}",
             "num.partitions=1",
             # One node: every internal topic has one replica, and one partition is plenty
@@ -116,9 +148,11 @@ def server_properties(port: int, controller_port: int, paths: BrokerPaths) -> st
             "delete.topic.enable=true",
             "log.retention.hours=24",
             "message.max.bytes=16777216",
+            *extra,
             "",
         ]
     )
+
 
 
 LOG4J2 = """\
@@ -198,6 +232,14 @@ def _java_cmd(java: str, paths: BrokerPaths, main_class: str, *args: str) -> lis
     ]
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a file that only its owner may read (it holds a password)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), 0o600)  # an older file may have had wider permissions
+        out.write(text)
+
+
 def read_pid(paths: BrokerPaths) -> int | None:
     """The pid of the broker this data dir started, if that process still runs."""
     try:
@@ -210,6 +252,11 @@ def read_pid(paths: BrokerPaths) -> int | None:
         return None
     except PermissionError:
         return pid
+    # A broker that this very process started and that has exited stays a zombie until it is
+    # reaped, and a zombie passes the checks here: stop() then waited 30 s and "killed" it.
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return None
     # A recycled pid would belong to something else: check it is our java.
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -221,14 +268,15 @@ def read_pid(paths: BrokerPaths) -> int | None:
     return pid
 
 
-async def _metadata_ok(bootstrap: str, timeout_s: float = 3.0) -> bool:
+async def _metadata_ok(bootstrap: str, timeout_s: float = 3.0, **security: Any) -> bool:
     from aiokafka import AIOKafkaClient  # a real metadata request, the readiness signal
 
     # Refused connections are the expected answer while a broker starts: not worth a log line.
     aiokafka_logger = logging.getLogger("aiokafka")
     level = aiokafka_logger.level
     aiokafka_logger.setLevel(logging.CRITICAL)
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                            **security)
     try:
         await asyncio.wait_for(client.bootstrap(), timeout_s)
         return bool(client.cluster.brokers())
@@ -239,9 +287,10 @@ async def _metadata_ok(bootstrap: str, timeout_s: float = 3.0) -> bool:
         aiokafka_logger.setLevel(level)
 
 
-def broker_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """Whether a metadata request to ``bootstrap`` succeeds."""
-    return asyncio.run(_metadata_ok(bootstrap, timeout_s))
+def broker_ready(bootstrap: str, timeout_s: float = 3.0, **security: Any) -> bool:
+    """Whether a metadata request to ``bootstrap`` succeeds (``security``: aiokafka's
+    security_protocol, ssl_context and sasl_* arguments, for a secure listener)."""
+    return asyncio.run(_metadata_ok(bootstrap, timeout_s, **security))
 
 
 def wait_ready(bootstrap: str, timeout_s: float = READY_TIMEOUT_S,
@@ -260,22 +309,41 @@ def wait_ready(bootstrap: str, timeout_s: float = READY_TIMEOUT_S,
     raise KafkaError(f"the broker did not answer at {bootstrap} within {timeout_s:.0f} s")
 
 
-def start(port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR) -> str:
-    """Start the local broker if it does not run; return its bootstrap address."""
+def start(port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR, secure: bool = False) -> str:
+    """Start the local broker if it does not run; return its (PLAINTEXT) bootstrap address.
+
+    ``secure`` adds the SASL_PLAINTEXT, SSL and SASL_SSL listeners (port+2, +3, +4) and
+    writes their client settings under ``data_dir/secure/``.
+    """
+    from app import kafka_secure  # it builds on this module
+
     paths = BrokerPaths(data_dir.expanduser().resolve())
     bootstrap = f"127.0.0.1:{port}"
     pid = read_pid(paths)
     if pid is not None:
         running_port = paths.port_file.read_text().strip() if paths.port_file.exists() else str(port)
         print(f"Kafka already running (pid {pid}) at 127.0.0.1:{running_port}")
+        if kafka_secure.configured(paths):
+            kafka_secure.describe(paths, int(running_port))
+        elif secure:
+            raise KafkaError(f"the broker of {paths.data_dir} runs without secure listeners; "
+                             f"stop it (`switchyard kafka stop --data-dir {paths.data_dir}`) "
+                             "and start it again with --secure")
         return f"127.0.0.1:{running_port}"
     if broker_ready(bootstrap, 1.5):
+        if secure:
+            raise KafkaError(f"a Kafka broker not started by switchyard already answers at "
+                             f"{bootstrap}; --secure cannot add listeners to it: choose "
+                             "another --port")
         print(f"a Kafka broker already answers at {bootstrap} (not started by switchyard); using it")
         return bootstrap
     java, mvn = _require_tools()
     fetch_jars(mvn)
     paths.logs.mkdir(parents=True, exist_ok=True)
-    paths.config.write_text(server_properties(port, port + 1, paths))
+    secrets = kafka_secure.prepare(paths, port, java) if secure else None
+    # Private: in secure mode it holds the keystore and SASL passwords.
+    write_private(paths.config, server_properties(port, port + 1, paths) if secrets is None
+                  else kafka_secure.secure_server_properties(port, port + 1, paths, secrets))
     paths.log_config.write_text(LOG4J2.format(log_file=paths.log_file))
     if not (paths.kraft / "meta.properties").exists():
         cluster_id = _cluster_id()
@@ -296,8 +364,12 @@ def start(port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR) -> str:
     paths.pid_file.write_text(str(process.pid))
     paths.port_file.write_text(str(port))
     wait_ready(bootstrap, process=process, paths=paths)
+    if secrets is not None:
+        kafka_secure.wait_ready(paths, port, secrets)
     print(f"Kafka {kafka_version()} started (pid {process.pid}) in {time.monotonic() - began:.1f} s; "
           f"bootstrap {bootstrap}; logs {paths.log_file}")
+    if secrets is not None:
+        kafka_secure.describe(paths, port)
     return bootstrap
 
 
@@ -339,6 +411,10 @@ def status(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
     ready = broker_ready(f"127.0.0.1:{port}", 2.0)
     print(f"Kafka {'running' if ready else 'starting (not answering yet)'}: pid {pid}, "
           f"bootstrap 127.0.0.1:{port}, data {paths.data_dir}, logs {paths.log_file}")
+    from app import kafka_secure  # it builds on this module
+
+    if port.isdigit() and kafka_secure.configured(paths):
+        kafka_secure.describe(paths, int(port))
     return ready
 
 

@@ -60,3 +60,37 @@ def test_cli_help_lists_every_contract_command():
     text = build_parser().format_help()
     for command in ("kafka", "worker", "executor", "submit", "demo", "bench", "profile"):
         assert command in text
+
+
+def test_secure_start_refuses_a_broker_it_did_not_start(monkeypatch, tmp_path):
+    """--secure cannot add listeners to someone else's broker: an error, not a silent no."""
+    monkeypatch.setattr(kafka_local, "broker_ready", lambda *a, **k: True)
+    with pytest.raises(KafkaError, match="cannot add listeners"):
+        kafka_local.start(19999, tmp_path, secure=True)
+
+
+def test_an_exited_child_broker_is_not_running(tmp_path):
+    """A broker this process started and that exited is a zombie until reaped: read_pid
+    reaps it instead of reporting it alive (stop() then waited 30 s and sent SIGKILL)."""
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    stat = Path(f"/proc/{child.pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat.read_text().split(") ")[1][0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    paths = BrokerPaths(tmp_path)
+    paths.pid_file.write_text(str(child.pid))
+    assert kafka_local.read_pid(paths) is None
+    child.wait()  # already reaped: Popen copes
+
+
+def test_cli_kafka_start_takes_secure():
+    from app.cli import build_parser
+
+    ns = build_parser().parse_args(["kafka", "start", "--port", "19092", "--secure"])
+    assert ns.secure is True
+    assert build_parser().parse_args(["kafka", "start"]).secure is False

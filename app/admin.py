@@ -8,7 +8,7 @@ import logging
 from collections.abc import Mapping
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from app.settings import Settings
 
@@ -18,7 +18,16 @@ logger = logging.getLogger(__name__)
 async def ensure_topics(settings: Settings, partitions: Mapping[str, int]) -> None:
     """Create each missing topic with its partition count (existing topics are left alone)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker, **settings.kafka_client_kwargs())
-    await admin.start()
+    try:
+        await admin.start()
+    except KafkaConnectionError as exc:
+        # The first contact of every process: aiokafka says only "Unable to bootstrap" and
+        # logs the reason (a refused SASL login, an untrusted certificate) separately.
+        await admin.close()
+        raise KafkaConnectionError(
+            f"cannot reach Kafka at {settings.broker} over {settings.security_protocol}: "
+            f"{exc.args[0] if exc.args else exc}; aiokafka's log line above says why",
+        ) from exc
     try:
         existing = set(await admin.list_topics())
         missing = [NewTopic(name, count, 1) for name, count in partitions.items()

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PolicyName = Literal[
@@ -121,6 +121,22 @@ class Settings(BaseSettings):
                 raise ValueError(f"broker {server!r} is not host:port")
         return value
 
+    @model_validator(mode="after")
+    def _security_is_complete(self) -> Settings:
+        # Caught here, at start-up, with the variable's name: otherwise aiokafka refuses a
+        # missing SASL username with a bare ValueError, and Faust sends an empty one and is
+        # refused by the broker. Settings a protocol does not use are not checked.
+        if self.security_protocol.startswith("SASL"):
+            missing = [f"SWITCHYARD_SASL_{name.upper()}" for name, value in
+                       (("username", self.sasl_username), ("password", self.sasl_password))
+                       if not value]
+            if missing:
+                raise ValueError(f"{self.security_protocol} needs {' and '.join(missing)}")
+        if (self.security_protocol.endswith("SSL") and self.ssl_keyfile
+                and not self.ssl_certfile):
+            raise ValueError("SWITCHYARD_SSL_KEYFILE is set without SWITCHYARD_SSL_CERTFILE")
+        return self
+
     @property
     def broker_url(self) -> str:
         """The broker in Faust's URL form (``kafka://host:port;host:port``)."""
@@ -137,7 +153,10 @@ class Settings(BaseSettings):
             context.load_cert_chain(
                 str(self.ssl_certfile),
                 str(self.ssl_keyfile) if self.ssl_keyfile else None,
-                self.ssl_password.get_secret_value() if self.ssl_password else None,
+                # Never None: with None, OpenSSL prompts for the passphrase of an encrypted
+                # key on the terminal, which stalls a worker started from one (and fails
+                # with a bare "Invalid argument" without one). "" fails with an SSLError.
+                self.ssl_password.get_secret_value() if self.ssl_password else "",
             )
         return context
 

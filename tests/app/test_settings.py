@@ -66,3 +66,28 @@ def test_ssl_context_only_for_ssl_protocols(monkeypatch):
     assert Settings().ssl_context() is None
     monkeypatch.setenv("SWITCHYARD_SECURITY_PROTOCOL", "SSL")
     assert Settings().ssl_context() is not None
+
+
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+@pytest.mark.parametrize("given", [{}, {"SASL_USERNAME": "router"}, {"SASL_PASSWORD": "pw"}])
+def test_sasl_without_credentials_is_refused_at_start(monkeypatch, protocol, given):
+    """A missing SASL username or password is named at start-up, not found out by a broker."""
+    monkeypatch.setenv("SWITCHYARD_SECURITY_PROTOCOL", protocol)
+    for name, value in given.items():
+        monkeypatch.setenv(f"SWITCHYARD_{name}", value)
+    with pytest.raises(ValidationError, match="SWITCHYARD_SASL_"):
+        Settings()
+
+
+def test_ssl_keyfile_needs_a_certfile(monkeypatch):
+    monkeypatch.setenv("SWITCHYARD_SECURITY_PROTOCOL", "SSL")
+    monkeypatch.setenv("SWITCHYARD_SSL_KEYFILE", "/etc/client.key")
+    with pytest.raises(ValidationError, match="SWITCHYARD_SSL_CERTFILE"):
+        Settings()
+
+
+def test_security_settings_a_protocol_does_not_use_are_not_checked(monkeypatch):
+    """PLAINTEXT with stray SASL/SSL variables (as the reliability suite's canary) starts."""
+    monkeypatch.setenv("SWITCHYARD_SASL_PASSWORD", "unused")
+    monkeypatch.setenv("SWITCHYARD_SSL_KEYFILE", "/etc/unused.key")
+    assert Settings().kafka_client_kwargs() == {"security_protocol": "PLAINTEXT"}

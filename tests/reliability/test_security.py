@@ -87,6 +87,17 @@ def test_wrong_key_password_fails_loudly(monkeypatch, tls_files):
         Settings().ssl_context()
 
 
+def test_encrypted_key_without_password_fails_without_prompting(monkeypatch, tls_files):
+    """No SWITCHYARD_SSL_PASSWORD for an encrypted key: an SSLError, never OpenSSL's
+    passphrase prompt (which stalls a worker started from a terminal and, without one,
+    fails with a bare OSError "Invalid argument")."""
+    monkeypatch.setenv("SWITCHYARD_SECURITY_PROTOCOL", "SSL")
+    monkeypatch.setenv("SWITCHYARD_SSL_CERTFILE", str(tls_files["certfile"]))
+    monkeypatch.setenv("SWITCHYARD_SSL_KEYFILE", str(tls_files["keyfile"]))
+    with pytest.raises(ssl.SSLError):
+        Settings().ssl_context()
+
+
 @pytest.mark.parametrize(("name", "value"), [("SECURITY_PROTOCOL", "SASL"),
                                              ("SASL_MECHANISM", "GSSAPI"),
                                              ("SECURITY_PROTOCOL", "plaintext ")])

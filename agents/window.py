@@ -33,15 +33,21 @@ def merge_stats(stored: dict[str, Any] | None, batch: dict[str, Any]) -> dict[st
 
 
 def expired_keys(keys: list[Any], now_s: float, expires_s: float) -> list[Any]:
-    """Stored window keys ``(key, (start, end))`` whose window ended over ``expires_s`` ago."""
+    """Stored window keys ``(key, (start, end))`` whose window ended over ``expires_s`` ago.
+
+    Keys come back from the store JSON-decoded, as lists: they are returned as the tuples Faust
+    itself uses (its expiry bookkeeping hashes them when a window this process wrote is
+    deleted; a list key crashed the stage once a long-running worker outlived its windows).
+    """
     out = []
     for stored in keys:
         try:
-            _, (_, end) = stored
+            name, (start, end) = stored
+            ended = float(end)
         except (TypeError, ValueError):
             continue
-        if float(end) + expires_s < now_s:
-            out.append(stored)
+        if ended + expires_s < now_s:
+            out.append((name, (start, end)))
     return out
 
 

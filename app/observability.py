@@ -32,6 +32,8 @@ HELP: dict[str, str] = {
     "switchyard_deadletters_total": "Messages rejected to switchyard.deadletter, by stage.",
     "switchyard_reroutes_total": "Workloads routed again after their device class died.",
     "switchyard_metrics_learned_total": "Execution metrics folded into cost models, by class.",
+    "switchyard_skipped_records_recovered_total": (
+        "Input records the consumer skipped that a stage read back and processed, by stage."),
     "switchyard_model_error_ratio": "Median absolute relative error of a class's cost model "
                                     "(progressive validation; 0.1 is 10 %).",
     "switchyard_model_samples": "Executions a class's cost model has learned from.",

@@ -68,8 +68,10 @@ class GapReader:
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
-    async def read(self, topic: str, partition: int, start: int, end: int) -> list[SkippedMessage]:
-        """The records at offsets ``start`` ≤ offset < ``end`` that still exist."""
+    async def read(self, topic: str, partition: int, start: int,
+                   end: int) -> tuple[list[SkippedMessage], bool]:
+        """The records at offsets ``start`` ≤ offset < ``end`` that still exist, and whether
+        the read got through the whole range (False: the broker did not answer in time)."""
         async with self._lock:
             consumer = await self._started()
             tp = TopicPartition(topic, partition)
@@ -84,10 +86,12 @@ class GapReader:
                     if start <= record.offset < end:
                         out.append(SkippedMessage(topic, partition, record.offset, record.key,
                                                   record.value, record.timestamp / 1000.0))
-            if await consumer.position(tp) < end:
-                logger.error("could not re-read %s[%d] offsets %d..%d within %.0f s; got %d",
-                             topic, partition, start, end - 1, READ_TIMEOUT_S, len(out))
-            return out
+            complete = await consumer.position(tp) >= end
+            if not complete:
+                logger.error("could not re-read %s[%d] offsets %d..%d within %.0f s (got %d); "
+                             "the next batch tries again", topic, partition, start, end - 1,
+                             READ_TIMEOUT_S, len(out))
+            return out, complete
 
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -119,6 +123,9 @@ class OffsetGuard:
     def __init__(self, stage: str, table: Any) -> None:
         self.stage = stage
         self.table = table
+        # Gaps whose read did not complete: the ledger stays at their start, so the next batch
+        # finds the gap again and reads it again (what was read is processed twice: dropped).
+        self._unresolved: dict[tuple[str, int], int] = {}
 
     async def fill(self, events: Sequence[Any]) -> list[Any]:
         """``events`` in order, with the records the consumer skipped put back where they
@@ -133,7 +140,10 @@ class OffsetGuard:
                 expected[where] = int(stored) if stored is not None else None
             nxt = expected[where]
             if nxt is not None and message.offset > nxt:
-                skipped = await reader.read(message.topic, message.partition, nxt, message.offset)
+                skipped, complete = await reader.read(message.topic, message.partition, nxt,
+                                                      message.offset)
+                if not complete:
+                    self._unresolved.setdefault(where, nxt)
                 logger.warning("%s: the consumer skipped %s[%d] offsets %d..%d; re-read %d "
                                "record(s) and processing them now", self.stage, message.topic,
                                message.partition, nxt, message.offset - 1, len(skipped))
@@ -152,8 +162,15 @@ class OffsetGuard:
             where = (message.topic, message.partition)
             if where not in last or message.offset > last[where].message.offset:
                 last[where] = event
-        for (topic, partition), event in last.items():
-            stored = self.table.get(_key(topic, partition))
-            if stored is None or int(stored) <= event.message.offset:
+        for where, event in last.items():
+            stored = self.table.get(_key(*where))
+            unresolved = self._unresolved.pop(where, None)
+            if unresolved is not None:
+                target = unresolved  # read the gap again next time
+            elif stored is None or int(stored) <= event.message.offset:
+                target = event.message.offset + 1
+            else:
+                continue  # a redelivered older record never moves the ledger back
+            if stored is None or int(stored) != target:
                 with event_context(event):
-                    self.table[_key(topic, partition)] = event.message.offset + 1
+                    self.table[_key(*where)] = target

@@ -36,12 +36,12 @@ def offsets(events: list) -> list[tuple[int, int]]:
 def test_no_ledger_yet_means_no_gap_and_the_ledger_follows_the_batch():
     table: dict[str, int] = {}
     guard = gaps.OffsetGuard("test", table)
-    batch = [Event("t", 0, 7), Event("t", 1, 3), Event("t", 0, 9)]
+    batch = [Event("t", 0, 7), Event("t", 1, 3), Event("t", 0, 8)]
     assert asyncio.run(guard.fill(batch)) == batch  # nothing known: nothing to repair
     guard.record(batch)
-    assert table == {"t#0": 10, "t#1": 4}
+    assert table == {"t#0": 9, "t#1": 4}
     guard.record([Event("t", 0, 2)])  # a redelivered older record never moves the ledger back
-    assert table["t#0"] == 10
+    assert table["t#0"] == 9
 
 
 def test_skipped_offsets_are_read_back_before_the_record_past_them(monkeypatch):
@@ -49,7 +49,8 @@ def test_skipped_offsets_are_read_back_before_the_record_past_them(monkeypatch):
 
     async def read(topic: str, partition: int, start: int, end: int):
         asked.append((topic, partition, start, end))
-        return [gaps.SkippedMessage(topic, partition, o, None, b"x", 0.0) for o in range(start, end)]
+        return [gaps.SkippedMessage(topic, partition, o, None, b"x", 0.0)
+                for o in range(start, end)], True
 
     monkeypatch.setattr(gaps.reader, "read", read)
     table = {"t#0": 5, "t#1": 3}
@@ -88,8 +89,9 @@ def test_reader_reads_exactly_the_range_from_the_broker(broker, unique):
             await producer.stop()
         reader = gaps.GapReader(Settings(broker=broker))
         try:
-            got = await reader.read(topic, 1, 3, 7)
-            again = await reader.read(topic, 1, 8, 10)  # the reader is reused across reads
+            got, complete = await reader.read(topic, 1, 3, 7)
+            again, complete_again = await reader.read(topic, 1, 8, 10)  # the reader is reused
+            assert complete and complete_again
         finally:
             await reader.close()
         return got + again
@@ -98,3 +100,24 @@ def test_reader_reads_exactly_the_range_from_the_broker(broker, unique):
     assert [(m.offset, m.value) for m in got] == [
         (3, b"r3"), (4, b"r4"), (5, b"r5"), (6, b"r6"), (8, b"r8"), (9, b"r9")]
     assert all(m.topic == topic and m.partition == 1 for m in got)
+
+
+def test_an_incomplete_read_is_tried_again_by_the_next_batch(monkeypatch):
+    """The broker did not answer in time: the ledger stays at the gap, so the next batch
+    finds the gap again (and reads it again, the part already read included)."""
+    reads: list[tuple[int, int]] = []
+
+    async def read(topic: str, partition: int, start: int, end: int):
+        reads.append((start, end))
+        got = [gaps.SkippedMessage(topic, partition, start, None, b"x", 0.0)]
+        return (got, False) if len(reads) == 1 else (got, True)
+
+    monkeypatch.setattr(gaps.reader, "read", read)
+    table = {"t#0": 5}
+    guard = gaps.OffsetGuard("test", table)
+    first = asyncio.run(guard.fill([Event("t", 0, 8)]))
+    guard.record(first)
+    assert table["t#0"] == 5
+    second = asyncio.run(guard.fill([Event("t", 0, 9)]))
+    guard.record(second)
+    assert reads == [(5, 8), (5, 9)] and table["t#0"] == 10

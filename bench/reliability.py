@@ -33,11 +33,30 @@ def run_suite(long: bool, extra: list[str]) -> int:
     # Figures accumulate per (scenario, form): a bounded run keeps the last long run's.
     env = {**os.environ, "SWITCHYARD_RELIABILITY_FIGURES": str(FIGURES),
            "SWITCHYARD_RELIABILITY_LONG": "1" if long else "0"}
+    verdicts_path = VERDICTS["long" if long else "bounded"]
+    fresh = verdicts_path.with_suffix(".run.xml")
     argv = [sys.executable, "-m", "pytest", "tests/reliability", "-p", "no:cacheprovider",
-            "-q", "-rfEx", f"--junitxml={VERDICTS['long' if long else 'bounded']}", "-m", "slow" if long else "not slow",
-            *extra]
+            "-q", "-rfEx", f"--junitxml={fresh}", "-m", "slow" if long else "not slow", *extra]
     print("running:", " ".join(argv[1:]), flush=True)
-    return subprocess.call(argv, cwd=ROOT, env=env)
+    code = subprocess.call(argv, cwd=ROOT, env=env)
+    if fresh.exists():
+        merge_verdicts(verdicts_path, fresh)
+    return code
+
+
+def merge_verdicts(kept: Path, fresh: Path) -> None:
+    """Fold a run's JUnit report into the kept one: a test that ran again (``-k`` re-runs one
+    scenario) replaces its old verdict, the others keep theirs."""
+    new_tree = ET.parse(fresh)
+    if kept.exists():
+        old_root = ET.parse(kept).getroot()
+        new_suite = next(new_tree.getroot().iter("testsuite"))
+        names = {(c.get("classname"), c.get("name")) for c in new_suite.iter("testcase")}
+        for case in old_root.iter("testcase"):
+            if (case.get("classname"), case.get("name")) not in names:
+                new_suite.append(case)
+    new_tree.write(kept, encoding="utf-8", xml_declaration=True)
+    fresh.unlink()
 
 
 def verdicts() -> list[tuple[str, str, float]]:

@@ -31,3 +31,25 @@ def test_page_has_every_figure_the_issue_asks_for():
     assert "121.0 → 128.2 → 128.2 | 5.56 |" in page  # memory trend
     assert "inflight 0→3→0 (max 5)" in page
     assert "| `test_worker_crash::x[bounded]` | passed | 46 |" in page
+
+
+def _junit(path, cases: dict[str, str]) -> None:
+    body = "".join(
+        f'<testcase classname="tests.reliability.test_x" name="{name}" time="1.0">'
+        + ('<failure message="boom"/>' if outcome == "failed" else "") + "</testcase>"
+        for name, outcome in cases.items())
+    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{body}'
+                    "</testsuite></testsuites>")
+
+
+def test_a_rerun_of_one_scenario_replaces_only_its_verdict(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from bench.reliability import merge_verdicts
+
+    kept, fresh = tmp_path / "kept.xml", tmp_path / "fresh.xml"
+    _junit(kept, {"test_a[long]": "passed", "test_b[long]": "failed"})
+    _junit(fresh, {"test_b[long]": "passed"})
+    merge_verdicts(kept, fresh)
+    cases = {c.get("name"): [x.tag for x in c] for c in ET.parse(kept).getroot().iter("testcase")}
+    assert cases == {"test_a[long]": [], "test_b[long]": []} and not fresh.exists()

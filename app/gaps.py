@@ -136,7 +136,8 @@ class OffsetGuard:
             message = event.message
             where = (message.topic, message.partition)
             if where not in expected:
-                stored = self.table.get(_key(*where))
+                with event_context(event):  # the ledger entry lives in the event's partition
+                    stored = self.table.get(_key(*where))
                 expected[where] = int(stored) if stored is not None else None
             nxt = expected[where]
             if nxt is not None and message.offset > nxt:
@@ -163,14 +164,14 @@ class OffsetGuard:
             if where not in last or message.offset > last[where].message.offset:
                 last[where] = event
         for where, event in last.items():
-            stored = self.table.get(_key(*where))
             unresolved = self._unresolved.pop(where, None)
-            if unresolved is not None:
-                target = unresolved  # read the gap again next time
-            elif stored is None or int(stored) <= event.message.offset:
-                target = event.message.offset + 1
-            else:
-                continue  # a redelivered older record never moves the ledger back
-            if stored is None or int(stored) != target:
-                with event_context(event):
+            with event_context(event):
+                stored = self.table.get(_key(*where))
+                if unresolved is not None:
+                    target = unresolved  # read the gap again next time
+                elif stored is None or int(stored) <= event.message.offset:
+                    target = event.message.offset + 1
+                else:
+                    continue  # a redelivered older record never moves the ledger back
+                if stored is None or int(stored) != target:
                     self.table[_key(*where)] = target

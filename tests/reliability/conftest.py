@@ -36,14 +36,16 @@ def workdir(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A directory for one scenario's process logs and worker state, removed on success.
 
     Outside pytest's own temporary directories, which other sessions' runs rotate away: a
-    failed scenario's logs stay under SWITCHYARD_RELIABILITY_WORKDIR (/tmp/sy-reliability).
+    failed scenario's logs stay under SWITCHYARD_RELIABILITY_WORKDIR (/tmp/sy-reliability);
+    SWITCHYARD_RELIABILITY_KEEP=1 keeps every scenario's.
     """
     base = Path(os.environ.get("SWITCHYARD_RELIABILITY_WORKDIR", "/tmp/sy-reliability"))
     name = request.node.name.replace("[", "-").replace("]", "")
     path = base / f"{name}-{time.strftime('%H%M%S')}"
     path.mkdir(parents=True, exist_ok=True)
     yield path
-    if not getattr(request.node, "failed", False):
+    keep = os.environ.get("SWITCHYARD_RELIABILITY_KEEP", "").lower() in ("1", "true", "yes")
+    if not getattr(request.node, "failed", False) and not keep:
         shutil.rmtree(path, ignore_errors=True)
     else:
         print(f"\nlogs kept in {path}")

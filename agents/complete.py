@@ -79,5 +79,6 @@ def close_inflight(outcome: ResultRecord, entry: dict[str, Any], partition: int)
     del inflight[outcome.id]
     key = f"{entry['device_class']}#{entry.get('partition', partition)}"
     held = backlog.get(key) or {"ms": 0.0, "count": 0}
-    backlog[key] = {"ms": max(0.0, float(held["ms"]) - float(entry.get("predicted_ms", 0))),
+    charged = float(entry.get("charged_ms", entry.get("predicted_ms", 0.0)))
+    backlog[key] = {"ms": max(0.0, float(held["ms"]) - charged),
                     "count": max(0, int(held["count"]) - 1)}

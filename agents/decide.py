@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,8 +34,9 @@ from app.tables import (
 from models.costmodel import CostModel
 from models.history import HistoryModel
 from models.ops import SpecError
-from models.policy import Decision, make_policy
+from models.policy import Candidate, Decision, make_policy
 from models.registry import candidates_for, live_classes
+from models.setup import WarmRoutes, expected_setup_ms
 from models.workload import Workload, WorkloadLimits, decode_json_bounded, parse_workload
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,9 @@ _ring_cursor: dict[int, int] = {}
 # Live classes and learned models as last read, refreshed at most every VIEW_REFRESH_S: a
 # tenth of the heartbeat period, far below the device timeout, so staleness is harmless.
 VIEW_REFRESH_S = 0.1
-_views: dict[str, Any] = {"read_at": -1.0, "classes": {}, "learned": {}}
+_views: dict[str, Any] = {"read_at": -1.0, "classes": {}, "learned": {}, "setup": {}}
+# Which (shape, variant) this decider has sent to each class: those are probably warm there.
+warm_routes = WarmRoutes()
 
 
 def cost_model(device_class: str) -> CostModel | None:
@@ -126,6 +129,12 @@ def add_backlog(device_class: str, partition: int, ms: float, count: int) -> Non
                     "count": max(0, int(entry["count"]) + count)}
 
 
+def charged_ms(entry: dict[str, Any]) -> float:
+    """The backlog an in-flight entry was charged (entries from before setup costs: the
+    prediction)."""
+    return float(entry.get("charged_ms", entry.get("predicted_ms", 0.0)))
+
+
 def record_decision(partition: int, entry: dict[str, Any]) -> str:
     """Put a decision in the partition's ring of recent decisions; return its slot key.
 
@@ -164,6 +173,7 @@ class Snapshot:
     classes: dict[str, Any]
     backlog_ms: dict[str, float]
     learned: dict[str, CostModel]
+    setup: dict[str, Any]
 
     @classmethod
     def now(cls) -> Snapshot:
@@ -173,17 +183,31 @@ class Snapshot:
             # them for every small batch cost more than the decisions themselves.
             classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
             learned = {c: m for c in classes if (m := cost_model(c)) is not None}
-            _views.update(read_at=now, classes=classes, learned=learned)
+            setup = {c: (models.get(c) or {}).get("setup") for c in classes}
+            _views.update(read_at=now, classes=classes, learned=learned, setup=setup)
         classes, learned = _views["classes"], _views["learned"]
         return cls(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
-                   learned=dict(learned))
+                   learned=dict(learned), setup=_views["setup"])
+
+
+def with_setup(workload: Workload, candidates: list[Candidate],
+               snapshot: Snapshot) -> list[Candidate]:
+    """Charge each candidate whose (shape, variant) its class has probably not run yet the
+    class's expected setup (models/setup.py)."""
+    signature = workload.op.signature()
+    return [c if warm_routes.is_warm(c.device_class, (signature, c.variant.precision,
+                                                     c.variant.mode))
+            else replace(c, setup_ms=expected_setup_ms(snapshot.setup.get(c.device_class),
+                                                       workload.op.kind, c.variant.mode))
+            for c in candidates]
 
 
 async def send_route(workload: Workload, partition: int, attempt: int,
                      snapshot: Snapshot) -> Routed | None:
     """Decide where ``workload`` runs and hand its route to the producer (without waiting for
     the ack); None when no live class can run it."""
-    candidates = candidates_for(workload, snapshot.classes, snapshot.backlog_ms)
+    candidates = with_setup(workload, candidates_for(workload, snapshot.classes,
+                                                     snapshot.backlog_ms), snapshot)
     if not candidates:
         return None
     names = sorted({c.device_class for c in candidates})
@@ -212,9 +236,11 @@ async def send_route(workload: Workload, partition: int, attempt: int,
     if decision.device_class not in _declared_classes:
         await topic.maybe_declare()  # a class's route topic is created when it first appears
         _declared_classes.add(decision.device_class)
+    warm_routes.mark(decision.device_class, (workload.op.signature(), decision.variant.precision,
+                                             decision.variant.mode))
     snapshot.backlog_ms[decision.device_class] = (
         snapshot.backlog_ms.get(decision.device_class, 0.0) + record.predicted_ms
-        + settings.dispatch_overhead_ms)
+        + decision.setup_ms + settings.dispatch_overhead_ms)
     delivery = await topic.send(key=workload.id, value=record.dumps())
     return Routed(workload, decision, record, partition, delivery)
 
@@ -241,13 +267,16 @@ def remember(routed: Routed) -> None:
     # already have answered. Then there is nothing left in flight to remember.
     if workload.id.encode() in completed:
         return
+    # What the class's backlog is charged: the execution, plus the setup of a cold shape.
+    charge = record.predicted_ms + routed.decision.setup_ms
     inflight[workload.id] = {
         "device_class": record.device_class, "variant": record.variant,
-        "predicted_ms": record.predicted_ms, "decided_at_ms": record.decided_at_ms,
+        "predicted_ms": record.predicted_ms, "charged_ms": charge,
+        "decided_at_ms": record.decided_at_ms,
         "attempt": record.attempt, "partition": routed.partition, "slot": slot,
         "workload": dict(workload.raw),
     }
-    add_backlog(record.device_class, routed.partition, record.predicted_ms, 1)
+    add_backlog(record.device_class, routed.partition, charge, 1)
 
 
 async def route(workload: Workload, partition: int, attempt: int = 1) -> Decision | None:
@@ -348,7 +377,7 @@ async def reroute(stream: Any) -> None:
             decision = await route(workload, int(entry.get("partition", 0)), attempt + 1)
             if decision is not None:
                 add_backlog(entry["device_class"], int(entry.get("partition", 0)),
-                            -float(entry.get("predicted_ms", 0.0)), -1)
+                            -charged_ms(entry), -1)
         if decision is not None:
             observability.inc("switchyard_reroutes_total", from_class=entry["device_class"],
                               to_class=decision.device_class)

@@ -21,11 +21,13 @@ from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
 from models.history import HistoryModel
 from models.ops import SpecError, Variant, parse_op
+from models.setup import update_setup
 
 logger = logging.getLogger(__name__)
 REQUIRED = {"workload_id": "string", "device_id": "string", "device_class": "string",
             "op": "object", "variant": "object", "status": "string", "exec_ms": "number"}
-OPTIONAL = {"energy_j": "number", "queue_ms": "number", "predicted_ms": "number"}
+OPTIONAL = {"energy_j": "number", "queue_ms": "number", "predicted_ms": "number",
+            "setup_ms": "number"}
 
 
 def parse_metric(raw: bytes) -> MetricRecord:
@@ -69,27 +71,36 @@ async def learn(stream: Any) -> None:
     async for batch in stream.take_events(settings.metric_batch_size,
                                           within=settings.metric_batch_within_s):
         rows: dict[str, list[Row]] = defaultdict(list)
+        setups: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
         last_event: dict[str, Any] = {}
         for event, metric in await parsed_batch("learn", batch):
             if metric.status != "ok":
                 continue  # a failed run says nothing about how long the op takes
             try:
-                rows[metric.device_class].append(metric_row(metric))
+                row = metric_row(metric)
             except (SpecError, ValueError, TypeError, KeyError) as exc:
                 await dead_letter("learn", event, f"metric op or variant invalid: {exc}")
                 continue
+            rows[metric.device_class].append(row)
+            if isinstance(metric.setup_ms, int | float):
+                setups[metric.device_class].append((row[0].kind, row[1].mode,
+                                                    float(metric.setup_ms)))
             last_event[metric.device_class] = event
         for device_class, class_rows in rows.items():
             # The partitioned tables are this stage's state (recovered before its partition
             # resumes); the global copies are only a fallback for state written before they
             # existed.
-            stored = class_models.get(device_class) or models.get(device_class)
+            with event_context(last_event[device_class]):  # the class's partition
+                stored = class_models.get(device_class) or models.get(device_class)
+                stored_history = class_history.get(device_class) or history.get(device_class)
             model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
             model.learn_many(class_rows)
-            stored_history = class_history.get(device_class) or history.get(device_class)
             hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
             hist.observe_many(device_class, class_rows)
             model_dict, history_dict = model.to_dict(), hist.to_dict()
+            # The one-time setup of new shapes, learned beside the model (models/setup.py).
+            model_dict["setup"] = update_setup((stored or {}).get("setup"),
+                                               setups.get(device_class, ()))
             with event_context(last_event[device_class]):
                 class_models[device_class] = model_dict
                 class_history[device_class] = history_dict

@@ -58,6 +58,7 @@ class MetricRecord(_Wire):
     compile_ms: float | None = None
     energy_j: float | None = None
     predicted_ms: float | None = None
+    setup_ms: float | None = None
     error: str | None = None
     attempt: int = 1
     simulated: bool = False

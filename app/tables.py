@@ -27,13 +27,26 @@ event that caused it: state stays co-partitioned with its source and moves with 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from app.main import app, settings
 from app.records import ResultRecord
 from app.topics import RESULTS
 
+
+def store() -> dict[str, Any]:
+    """Bounded RocksDB memory for every table partition (see Settings.rocksdb_*); a fresh
+    dict per table, since Faust's store pops its own keys from it."""
+    return {"options": {
+        "write_buffer_size": settings.rocksdb_write_buffer_mib * 1024 * 1024,
+        "max_write_buffer_number": 2,
+        "block_cache_size": settings.rocksdb_block_cache_mib * 1024 * 1024,
+        "block_cache_compressed_size": 1024 * 1024,
+    }}
+
+
 completed = app.Table(
-    "completed",
+    "completed", **store(),
     # bytes keys are written raw: the results topic's keys are the plain UTF-8 workload ids.
     key_type=bytes,
     value_type=ResultRecord,
@@ -54,24 +67,24 @@ completed = app.Table(
     ),
 )
 
-inflight = app.Table("inflight", key_type=str, default=None,
+inflight = app.Table("inflight", **store(), key_type=str, default=None,
                      partitions=settings.workload_partitions)
-backlog = app.Table("backlog", key_type=str, default=None,
+backlog = app.Table("backlog", **store(), key_type=str, default=None,
                     partitions=settings.workload_partitions)
-decisions = app.Table("decisions", key_type=str, default=None,
+decisions = app.Table("decisions", **store(), key_type=str, default=None,
                       partitions=settings.workload_partitions)
-input_offsets = app.Table("input_offsets", key_type=str, default=None,
+input_offsets = app.Table("input_offsets", **store(), key_type=str, default=None,
                           partitions=settings.workload_partitions)
 
-devices = app.GlobalTable("devices", key_type=str, default=None,
+devices = app.GlobalTable("devices", **store(), key_type=str, default=None,
                           partitions=settings.metric_partitions)
-class_models = app.Table("class_models", key_type=str, default=None,
+class_models = app.Table("class_models", **store(), key_type=str, default=None,
                          partitions=settings.metric_partitions)
-class_history = app.Table("class_history", key_type=str, default=None,
+class_history = app.Table("class_history", **store(), key_type=str, default=None,
                           partitions=settings.metric_partitions)
-models = app.GlobalTable("models", key_type=str, default=None,
+models = app.GlobalTable("models", **store(), key_type=str, default=None,
                          partitions=settings.metric_partitions)
-history = app.GlobalTable("history", key_type=str, default=None,
+history = app.GlobalTable("history", **store(), key_type=str, default=None,
                           partitions=settings.metric_partitions)
 
 # Faust's cleanup drops an expired window from the local store without a changelog tombstone,
@@ -82,11 +95,11 @@ history = app.GlobalTable("history", key_type=str, default=None,
 FAUST_WINDOW_EXPIRES = timedelta(seconds=settings.window_expires_s + 30.0)
 
 tumbling = app.Table(
-    "window_tumbling", key_type=str, default=dict,
+    "window_tumbling", **store(), key_type=str, default=dict,
     partitions=settings.metric_partitions,
 ).tumbling(settings.tumbling_window_s, expires=FAUST_WINDOW_EXPIRES)
 hopping = app.Table(
-    "window_hopping", key_type=str, default=dict,
+    "window_hopping", **store(), key_type=str, default=dict,
     partitions=settings.metric_partitions,
 ).hopping(settings.hopping_window_s, settings.hopping_step_s,
           expires=FAUST_WINDOW_EXPIRES)

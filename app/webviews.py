@@ -116,6 +116,10 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
             "learned_fraction": finite(max(0.0, 1.0 - float(np.median(std / prior_std)))),
             "drift_events": int(regression.drift_events),
         },
+        # Mean one-time setup of a new shape (build/compile + warm-up), per mode and per
+        # (op kind, mode): what the policy charges a class for a shape it has not run yet.
+        "setup_ms": {key: finite(float(entry["ms"]))
+                     for key, entry in sorted((stored.get("setup") or {}).items())},
     }
 
 

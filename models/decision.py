@@ -41,6 +41,9 @@ class Candidate:
     variant: Variant
     live_instances: int = 1
     backlog_ms: float = 0.0
+    # Expected one-time setup (build/compile + warm-up) when the class has probably not run
+    # this (shape, variant) yet; 0 when it has (models/setup.py).
+    setup_ms: float = 0.0
 
     @property
     def expected_wait_ms(self) -> float:
@@ -64,6 +67,7 @@ class Decision:
     expected_wait_ms: float
     score: float
     energy_fallback: bool = False
+    setup_ms: float = 0.0  # the expected setup charged to the chosen candidate
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the variant as ``{"precision", "mode"}``)."""

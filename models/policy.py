@@ -1,11 +1,13 @@
 """Routing policies: switchyard's learned policy and the registry of baselines.
 
 ``switchyard`` scores each (class, variant) by expected completion = predicted execution time
-+ expected wait (backlog / live instances), or by predicted joules, or a normalised mix, as
-the request's objective says. It picks by Thompson sampling: each candidate's expected time is
-drawn from its cost model's posterior, so a class the model is unsure of (cold start, a new
-class, after drift) gets tried in proportion to its chance of being best, and as the posterior
-firms up the draws agree with the means and the policy exploits.
++ expected wait (backlog / live instances) + the expected one-time setup when the class has
+probably not run that (shape, variant) yet (models/setup.py), or by predicted joules, or a
+normalised mix, as the request's objective says. It picks by Thompson sampling: each
+candidate's expected time is drawn from its cost model's posterior, so a class the model is
+unsure of (cold start, a new class, after drift) gets tried in proportion to its chance of
+being best, and as the posterior firms up the draws agree with the means and the policy
+exploits.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class SwitchyardPolicy:
         n = len(usable)
         mean_ms, draw_ms, std_ms = np.empty(n), np.empty(n), np.empty(n)
         wait = np.array([c.expected_wait_ms for c in usable])
+        # A probably-cold (shape, variant) also costs its executor a build/compile and warm-up.
+        setup = np.array([c.setup_ms for c in usable])
         energy: list[float | None] = []
         learned, versions, samples = [], [], []
         for i, c in enumerate(usable):
@@ -105,7 +109,7 @@ class SwitchyardPolicy:
         if energy_fallback:
             objective = {"latency": 1.0, "energy": 0.0}
 
-        completion = wait + mean_ms
+        completion = wait + setup + mean_ms
         feasible = [i for i in range(n) if meets(workload.deadline_ms, float(completion[i]))]
         pool = feasible or list(range(n))
         if not feasible:
@@ -116,7 +120,8 @@ class SwitchyardPolicy:
             completion[idx], None if mean_energy is None else mean_energy[idx], objective
         )
         draw_scores = weighted_scores(
-            wait[idx] + draw_ms[idx], None if draw_energy is None else draw_energy[idx], objective
+            wait[idx] + setup[idx] + draw_ms[idx],
+            None if draw_energy is None else draw_energy[idx], objective
         )
         greedy = int(idx[int(np.argmin(greedy_scores))])
         pick_at = int(np.argmin(draw_scores))
@@ -142,6 +147,7 @@ class SwitchyardPolicy:
             expected_wait_ms=float(wait[chosen]),
             score=float(draw_scores[pick_at]),
             energy_fallback=energy_fallback,
+            setup_ms=float(setup[chosen]),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -40,6 +40,9 @@ class Execution:
     compile_ms: float | None
     energy_j: float | None
     warmup: bool  # True when this call was the first of its (shape, variant) and warmed it up
+    # The one-time cost of that first call, outside ``exec_ms``: building (compiling) the
+    # function plus the untimed warm-up run. None when the (shape, variant) was already warm.
+    setup_ms: float | None = None
 
 
 def machine_arch() -> str:
@@ -151,10 +154,13 @@ class Runtime(ABC):
         args = self._prepare(spec, variant, inputs)
         key = (spec.signature(), variant)
         compile_ms: float | None = None
+        setup_ms: float | None = None
         warmup = key not in self._warm
         if warmup:
+            setup_start = time.perf_counter_ns()
             fn, compile_ms = self._build(spec, variant, args)
-            self._sync(fn(args))  # warm-up: allocator, autotuning, lazy init; not reported
+            self._sync(fn(args))  # warm-up: allocator, autotuning, lazy init; not in exec_ms
+            setup_ms = (time.perf_counter_ns() - setup_start) / 1e6
             self._warm[key] = fn
             while len(self._warm) > WARM_CACHE_SIZE:
                 self._warm.popitem(last=False)
@@ -173,6 +179,7 @@ class Runtime(ABC):
             compile_ms=compile_ms,
             energy_j=energy_j,
             warmup=warmup,
+            setup_ms=setup_ms,
         )
 
     def close(self) -> None:

@@ -180,6 +180,7 @@ def perform(
         "started_at_ms": started_at_ms,
         "finished_at_ms": finished_at_ms,
         "predicted_ms": _number(route.get("predicted_ms")),
+        "setup_ms": execution.setup_ms if execution else None,
         "throttled": throttled,
         **common,
     }

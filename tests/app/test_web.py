@@ -12,6 +12,7 @@ import pytest
 from app import webviews
 from models.costmodel import CostModel
 from models.ops import Variant, parse_op
+from models.setup import update_setup
 from models.sketch import WindowStats
 
 STATIC = Path(__file__).resolve().parents[2] / "app" / "static"
@@ -68,7 +69,15 @@ def test_model_summary_of_a_cold_model() -> None:
     bias = summary["coefficients"]["bias"]
     assert bias["mean"] == pytest.approx(bias["prior_mean"])
     assert summary["uncertainty"]["learned_fraction"] == pytest.approx(0.0, abs=1e-9)
+    assert summary["setup_ms"] == {}  # no first run measured yet
     json.dumps(summary, allow_nan=False)  # JSON without NaN
+
+
+def test_model_summary_shows_the_learned_setup_of_new_shapes() -> None:
+    stored = {**CostModel.for_class("jax-cpu-x86").to_dict(),
+              "setup": update_setup(None, [("matmul", "compiled", 140.0)])}
+    summary = webviews.model_summary("jax-cpu-x86", json.loads(json.dumps(stored)))
+    assert summary["setup_ms"] == {"compiled": 140.0, "matmul/compiled": 140.0}
 
 
 def test_model_summary_after_learning() -> None:

@@ -399,3 +399,18 @@ def test_switchyard_explores_a_new_class_and_adopts_it_when_faster() -> None:
     assert 150 <= first_new < 170  # tried soon after it joins (no model yet: the prior)
     late = [cls for cls, _, _ in log[250:]]
     assert late.count("numpy-cpu-new") / len(late) >= 0.9
+
+
+def test_switchyard_charges_the_setup_of_a_cold_shape() -> None:
+    """Two equal classes; one would first have to build and warm this shape up (200 ms): the
+    policy goes to the warm one, and says what it charged."""
+    models = {c: CostModel.for_class(c) for c in ("sim-h100", "sim-h200")}
+    policy = make_policy("switchyard")
+    for seed in range(20):
+        warm, cold = (Candidate("sim-h100", FP32, 1, 0.0, setup_ms=200.0),
+                      Candidate("sim-h200", FP32, 1, 0.0))
+        decision = policy.decide(workload(), [warm, cold], models, None, rng(seed))
+        assert decision.device_class == "sim-h200" and decision.setup_ms == 0.0
+    only = policy.decide(workload(), [Candidate("sim-h100", FP32, 1, 0.0, setup_ms=200.0)],
+                         models, None, rng())
+    assert only.setup_ms == 200.0

@@ -210,7 +210,8 @@ SKIPPED_LINE = re.compile(r"the consumer skipped .* re-read (\d+) record")
 def skipped_records_recovered(*procs: Proc) -> int:
     """Records Faust's consumer skipped that the stages' offset guard read back and processed
     (app/gaps.py), counted from the workers' logs."""
-    return sum(int(m.group(1)) for proc in procs
+    logs = {proc.log: proc for proc in procs}  # a restarted worker appends to the same log
+    return sum(int(m.group(1)) for proc in logs.values()
                for m in SKIPPED_LINE.finditer(proc.log_tail(10**9)))
 
 

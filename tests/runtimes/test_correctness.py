@@ -37,9 +37,11 @@ def test_matches_reference_or_refuses(
     assert ok, f"{rt.device_class} {spec.kind} {variant}: relative error {error:.2e}"
     assert first.output.dtype == np.float32 and first.output.shape == spec.output_shape()
     assert first.exec_ms > 0 and first.energy_j is None or first.energy_j >= 0
-    # Same inputs, warm: same answer, no warm-up, no compile time.
+    # The first call's build and warm-up are reported apart from the execution.
+    assert first.warmup and first.setup_ms is not None and first.setup_ms > 0
+    # Same inputs, warm: same answer, no warm-up, no compile or setup time.
     second = rt.execute(spec, variant, inputs)
-    assert not second.warmup and second.compile_ms is None
+    assert not second.warmup and second.compile_ms is None and second.setup_ms is None
     np.testing.assert_allclose(second.output, first.output, rtol=0, atol=1e-6)
 
 

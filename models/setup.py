@@ -1,0 +1,70 @@
+"""The one-time setup cost of a (shape, variant) an executor has not run yet.
+
+An executor builds (for compiled modes: compiles) a function the first time it meets a shape in
+a variant and runs it once untimed to warm it up; executions after that are what ``exec_ms``
+measures and what the cost models learn. The first run's extra time is real busy time of the
+device, reported as ``setup_ms`` in the metric: a JAX ``compiled`` variant costs 100–200 ms of
+compilation per new shape on this machine against executions of a millisecond, and even eager
+modes pay lazy initialisation. A router blind to it explores cold variants that look cheap and
+queues work behind compilations.
+
+``SetupCosts`` learns, per class, an exponentially weighted mean of ``setup_ms`` per (op kind,
+mode) with a per-mode fallback; ``WarmRoutes`` remembers which (shape, variant) a decider has
+already sent to each class (bounded, least recently used first out, like the executors' own
+caches). The policy charges the expected setup to candidates that are probably cold. With
+several executors in a class the first route warms only one of them: the estimate is optimistic
+there, never a penalty on a warm path.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+ALPHA = 0.3  # weight of a new setup measurement in the running mean
+WARM_ROUTES = 512  # (shape, variant) pairs remembered per class, as runtimes/base.py keeps warm
+
+
+def update_setup(stored: Mapping[str, Any] | None,
+                 rows: Iterable[tuple[str, str, float]]) -> dict[str, Any]:
+    """``stored`` (the class's running means, or None) updated with ``(kind, mode, setup_ms)``
+    measurements; JSON-ready."""
+    out: dict[str, Any] = {k: dict(v) for k, v in (stored or {}).items()}
+    for kind, mode, ms in rows:
+        if not ms >= 0.0:
+            continue
+        for key in (f"{kind}/{mode}", mode):
+            entry = out.get(key)
+            if entry is None:
+                out[key] = {"ms": float(ms), "n": 1}
+            else:
+                entry["ms"] = (1.0 - ALPHA) * float(entry["ms"]) + ALPHA * float(ms)
+                entry["n"] = int(entry["n"]) + 1
+    return out
+
+
+def expected_setup_ms(stored: Mapping[str, Any] | None, kind: str, mode: str) -> float:
+    """The class's expected setup of a new (kind, mode) shape; 0 when never measured."""
+    if not stored:
+        return 0.0
+    entry = stored.get(f"{kind}/{mode}") or stored.get(mode)
+    return float(entry["ms"]) if entry else 0.0
+
+
+class WarmRoutes:
+    """Per class, the (shape, variant) keys recently routed there (so probably warm)."""
+
+    def __init__(self, capacity: int = WARM_ROUTES) -> None:
+        self.capacity = int(capacity)
+        self._by_class: dict[str, OrderedDict[tuple[str, str, str], None]] = {}
+
+    def is_warm(self, device_class: str, key: tuple[str, str, str]) -> bool:
+        return key in self._by_class.get(device_class, {})
+
+    def mark(self, device_class: str, key: tuple[str, str, str]) -> None:
+        seen = self._by_class.setdefault(device_class, OrderedDict())
+        seen[key] = None
+        seen.move_to_end(key)
+        while len(seen) > self.capacity:
+            seen.popitem(last=False)

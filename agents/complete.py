@@ -15,7 +15,7 @@ from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import ResultRecord
 from app.streaming import check_fields, dead_letter, decode_object, event_context
-from app.tables import backlog, completed, inflight, input_offsets
+from app.tables import backlog, completed, inflight, inflight_charge, input_offsets
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
@@ -79,6 +79,5 @@ def close_inflight(outcome: ResultRecord, entry: dict[str, Any], partition: int)
     del inflight[outcome.id]
     key = f"{entry['device_class']}#{entry.get('partition', partition)}"
     held = backlog.get(key) or {"ms": 0.0, "count": 0}
-    charged = float(entry.get("charged_ms", entry.get("predicted_ms", 0.0)))
-    backlog[key] = {"ms": max(0.0, float(held["ms"]) - charged),
+    backlog[key] = {"ms": max(0.0, float(held["ms"]) - inflight_charge(entry)),
                     "count": max(0, int(held["count"]) - 1)}

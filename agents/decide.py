@@ -28,6 +28,7 @@ from app.tables import (
     devices,
     history,
     inflight,
+    inflight_charge,
     input_offsets,
     models,
 )
@@ -76,10 +77,9 @@ _views: dict[str, Any] = {"read_at": -1.0, "classes": {}, "learned": {}, "setup"
 warm_routes = WarmRoutes()
 
 
-def cost_model(device_class: str) -> CostModel | None:
-    """The class's learned cost model, deserialised once per version; None while the class has
-    none (the policy then falls back on its roofline prior and says so)."""
-    stored = models.get(device_class)
+def cost_model(device_class: str, stored: dict[str, Any] | None) -> CostModel | None:
+    """The class's learned cost model from its stored form, deserialised once per version; None
+    while the class has none (the policy then falls back on its roofline prior and says so)."""
     if not stored:
         return None
     version = int(stored.get("version", 0))
@@ -129,12 +129,6 @@ def add_backlog(device_class: str, partition: int, ms: float, count: int) -> Non
                     "count": max(0, int(entry["count"]) + count)}
 
 
-def charged_ms(entry: dict[str, Any]) -> float:
-    """The backlog an in-flight entry was charged (entries from before setup costs: the
-    prediction)."""
-    return float(entry.get("charged_ms", entry.get("predicted_ms", 0.0)))
-
-
 def record_decision(partition: int, entry: dict[str, Any]) -> str:
     """Put a decision in the partition's ring of recent decisions; return its slot key.
 
@@ -182,19 +176,19 @@ class Snapshot:
             # Devices and models change at heartbeat and learning pace: reading (and decoding)
             # them for every small batch cost more than the decisions themselves.
             classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
-            learned = {c: m for c in classes if (m := cost_model(c)) is not None}
-            setup = {c: (models.get(c) or {}).get("setup") for c in classes}
+            stored = {c: models.get(c) for c in classes}
+            learned = {c: m for c in classes if (m := cost_model(c, stored[c])) is not None}
+            setup = {c: (stored[c] or {}).get("setup") for c in classes}
             _views.update(read_at=now, classes=classes, learned=learned, setup=setup)
         classes, learned = _views["classes"], _views["learned"]
         return cls(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
                    learned=dict(learned), setup=_views["setup"])
 
 
-def with_setup(workload: Workload, candidates: list[Candidate],
+def with_setup(workload: Workload, signature: str, candidates: list[Candidate],
                snapshot: Snapshot) -> list[Candidate]:
     """Charge each candidate whose (shape, variant) its class has probably not run yet the
     class's expected setup (models/setup.py)."""
-    signature = workload.op.signature()
     return [c if warm_routes.is_warm(c.device_class, (signature, c.variant.precision,
                                                      c.variant.mode))
             else replace(c, setup_ms=expected_setup_ms(snapshot.setup.get(c.device_class),
@@ -206,8 +200,9 @@ async def send_route(workload: Workload, partition: int, attempt: int,
                      snapshot: Snapshot) -> Routed | None:
     """Decide where ``workload`` runs and hand its route to the producer (without waiting for
     the ack); None when no live class can run it."""
-    candidates = with_setup(workload, candidates_for(workload, snapshot.classes,
-                                                     snapshot.backlog_ms), snapshot)
+    signature = workload.op.signature()
+    candidates = with_setup(workload, signature, candidates_for(workload, snapshot.classes,
+                                                                snapshot.backlog_ms), snapshot)
     if not candidates:
         return None
     names = sorted({c.device_class for c in candidates})
@@ -236,7 +231,7 @@ async def send_route(workload: Workload, partition: int, attempt: int,
     if decision.device_class not in _declared_classes:
         await topic.maybe_declare()  # a class's route topic is created when it first appears
         _declared_classes.add(decision.device_class)
-    warm_routes.mark(decision.device_class, (workload.op.signature(), decision.variant.precision,
+    warm_routes.mark(decision.device_class, (signature, decision.variant.precision,
                                              decision.variant.mode))
     snapshot.backlog_ms[decision.device_class] = (
         snapshot.backlog_ms.get(decision.device_class, 0.0) + record.predicted_ms
@@ -377,7 +372,7 @@ async def reroute(stream: Any) -> None:
             decision = await route(workload, int(entry.get("partition", 0)), attempt + 1)
             if decision is not None:
                 add_backlog(entry["device_class"], int(entry.get("partition", 0)),
-                            -charged_ms(entry), -1)
+                            -inflight_charge(entry), -1)
         if decision is not None:
             observability.inc("switchyard_reroutes_total", from_class=entry["device_class"],
                               to_class=decision.device_class)

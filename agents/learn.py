@@ -3,8 +3,8 @@
 Metrics of one class share a partition (see app.topics), so this stage owns a class's model
 without a repartition hop: it keeps the model in a table partitioned like the metrics (moved,
 and recovered first, with its partition on a rebalance) and publishes a copy to the global
-``models`` table that every decider reads. A batch is folded in with one model update per class and one table
-write per class: per-event table writes are what limits a Faust agent's throughput.
+``models`` table that every decider reads. A batch is folded in with one model update per
+class and one table write per class: per-event table writes are what limits a Faust agent's throughput.
 """
 
 from __future__ import annotations

@@ -69,6 +69,12 @@ completed = app.Table(
 
 inflight = app.Table("inflight", **store(), key_type=str, default=None,
                      partitions=settings.workload_partitions)
+def inflight_charge(entry: dict[str, Any]) -> float:
+    """The backlog ms an in-flight entry was charged when routed (execution plus the setup of
+    a cold shape); entries written before setup costs carry only the prediction."""
+    return float(entry.get("charged_ms", entry.get("predicted_ms", 0.0)))
+
+
 backlog = app.Table("backlog", **store(), key_type=str, default=None,
                     partitions=settings.workload_partitions)
 decisions = app.Table("decisions", **store(), key_type=str, default=None,

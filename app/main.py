@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
 
 import faust
 
+from app import faust_patches
 from app import topics as names
 from app.settings import Settings, get_settings
 
@@ -112,41 +111,7 @@ class Topics:
         return topic
 
 
-def install_draining_flush() -> None:
-    """Make Faust's pre-commit flush wait until every buffered table write is handed over.
-
-    ``ProducerBuffer.flush`` gives up when one message takes over 0.1 s and ignores the message
-    being handed over, so an offset can be committed while its changelog write (for the
-    ``completed`` table: the result itself) is still in memory; ``kill -9`` then loses it.
-    Pinned by tests/reliability/test_commit_durability.py.
-    """
-    from faust.transport.producer import ProducerBuffer
-
-    if getattr(ProducerBuffer, "_switchyard_draining", False):
-        return
-    send_one = ProducerBuffer._send_pending
-
-    async def send_pending(self: Any, fut: Any) -> None:
-        self._in_hand = getattr(self, "_in_hand", 0) + 1
-        try:
-            await send_one(self, fut)
-        finally:
-            self._in_hand -= 1
-
-    async def flush(self: Any) -> None:
-        while self.size or getattr(self, "_in_hand", 0):
-            if self.state != "running":
-                raise RuntimeError("Cannot flush: Producer not Running")
-            self.message_sent.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.message_sent.wait(), timeout=0.1)
-
-    ProducerBuffer._send_pending = send_pending  # type: ignore[method-assign]
-    ProducerBuffer.flush = flush  # type: ignore[method-assign]
-    ProducerBuffer._switchyard_draining = True  # type: ignore[attr-defined]
-
-
-install_draining_flush()
+faust_patches.install()
 settings = get_settings()
 app = create_app(settings)
 topics = Topics(app, settings)

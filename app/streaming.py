@@ -11,9 +11,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from faust.streams import _current_event
-
 from app import observability
+from app.faust_patches import current_event
 from app.main import settings, topics
 from app.records import DeadLetterRecord
 from models.ops import SpecError
@@ -36,11 +35,11 @@ def event_context(event: Any) -> Iterator[None]:
     ``take_events`` mixes partitions; setting the event whose key a write belongs to keeps the
     state co-partitioned with its source, so it moves with the partition on a rebalance.
     """
-    token = _current_event.set(weakref.ref(event))
+    token = current_event.set(weakref.ref(event))
     try:
         yield
     finally:
-        _current_event.reset(token)
+        current_event.reset(token)
 
 
 def _key_text(key: Any) -> str | None:

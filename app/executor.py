@@ -23,6 +23,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from app import topics
 from app.admin import contract_topics, ensure_topics
+from app.producing import RenewingProducer
 from app.records import DeadLetterRecord, HeartbeatRecord, MetricRecord, ResultRecord
 from app.settings import Settings, get_settings
 from models.ops import SpecError
@@ -89,7 +90,7 @@ class Executor:
     def _client_kwargs(self) -> dict[str, Any]:
         return {"bootstrap_servers": self.settings.broker, **self.settings.kafka_client_kwargs()}
 
-    async def _class_partition(self, producer: AIOKafkaProducer, topic: str) -> int:
+    async def _class_partition(self, producer: RenewingProducer, topic: str) -> int:
         """All records of one device class go to one partition of ``topic``."""
         if topic not in self._partitions:
             count = len(await producer.partitions_for(topic))
@@ -98,7 +99,7 @@ class Executor:
 
     async def _send(
         self,
-        producer: AIOKafkaProducer,
+        producer: RenewingProducer,
         topic: str,
         key: str,
         value: bytes,
@@ -135,7 +136,12 @@ class Executor:
             {**contract_topics(self.settings), self.route_topic: self.settings.route_partitions},
         )
         max_bytes = self.settings.max_message_bytes + ENVELOPE_BYTES
-        producer = AIOKafkaProducer(acks="all", max_request_size=max_bytes, **self._client_kwargs())
+        # Idempotent, and replaced after a failed send (app/producing.py): a retried outcome or
+        # metric is appended once, and a broker fault cannot wedge the producer.
+        producer = RenewingProducer(lambda: AIOKafkaProducer(
+            acks="all", enable_idempotence=True, max_request_size=max_bytes,
+            request_timeout_ms=int(self.settings.executor_request_timeout_s * 1000),
+            **self._client_kwargs()))
         consumer = AIOKafkaConsumer(
             self.route_topic,
             group_id=self.group_id,
@@ -170,7 +176,7 @@ class Executor:
         logger.info("executor %s stopped after %d workloads", self.device_id, self.processed)
         return 0
 
-    async def _consume(self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer) -> None:
+    async def _consume(self, producer: RenewingProducer, consumer: AIOKafkaConsumer) -> None:
         while not self.stopping.is_set():
             stop = asyncio.ensure_future(self.stopping.wait())
             fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=500, max_records=1))
@@ -201,7 +207,7 @@ class Executor:
                 "commit of %s@%d failed (%s); the record will be redone", tp, offset, exc
             )
 
-    async def _handle(self, producer: AIOKafkaProducer, message: Any) -> None:
+    async def _handle(self, producer: RenewingProducer, message: Any) -> None:
         try:
             route = decode_json_bounded(
                 message.value or b"", self.limits.max_message_bytes, self.limits.max_depth
@@ -230,7 +236,7 @@ class Executor:
         finally:
             self.in_hand = 0
 
-    async def _publish(self, producer: AIOKafkaProducer, result: WorkResult) -> None:
+    async def _publish(self, producer: RenewingProducer, result: WorkResult) -> None:
         metric = MetricRecord.from_data(result.metric)
         outcome = ResultRecord.from_data(result.outcome)
         partition = await self._class_partition(producer, topics.METRICS)
@@ -239,7 +245,7 @@ class Executor:
             self._send(producer, topics.OUTCOMES, outcome.id, outcome.dumps()),
         )
 
-    async def _dead_letter(self, producer: AIOKafkaProducer, message: Any, reason: str) -> None:
+    async def _dead_letter(self, producer: RenewingProducer, message: Any, reason: str) -> None:
         logger.warning(
             "dead-lettering %s[%d]@%d: %s", message.topic, message.partition, message.offset, reason
         )
@@ -278,7 +284,7 @@ class Executor:
         return int(psutil.Process().memory_info().rss)
 
     async def _heartbeat(
-        self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, state: str = "up"
+        self, producer: RenewingProducer, consumer: AIOKafkaConsumer, state: str = "up"
     ) -> None:
         record = HeartbeatRecord(
             device_id=self.device_id,
@@ -300,7 +306,7 @@ class Executor:
         partition = await self._class_partition(producer, topics.HEARTBEATS)
         await self._send(producer, topics.HEARTBEATS, self.device_id, record.dumps(), partition)
 
-    async def _heartbeat_loop(self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer) -> None:
+    async def _heartbeat_loop(self, producer: RenewingProducer, consumer: AIOKafkaConsumer) -> None:
         while True:
             try:
                 await self._heartbeat(producer, consumer)

@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     # torch.compile on the CPU builds C++ per shape (~27 s cold on a 2-core machine): refused
     # unless asked for, so a first request does not stall an executor for half a minute.
     torch_compile_cpu: bool = False
+    # How long an executor's producer waits for the broker's answer before it retries (and
+    # before a batch expires). aiokafka's default; its producer is idempotent, so a retry of a
+    # request the broker did append is dropped by the broker, never appended twice.
+    executor_request_timeout_s: float = Field(default=40.0, gt=0)
 
     # --- Windows -------------------------------------------------------------------------------
     tumbling_window_s: float = Field(default=10.0, gt=0)

@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from app.admin import contract_topics, ensure_topics
 from app.settings import Settings, get_settings
-from app.topics import RESULTS, WORKLOADS
+from app.topics import TopicNames
 
 
 def load_trace(path: Path, limit: int | None = None, id_prefix: str | None = None,
@@ -88,11 +88,12 @@ async def _results_consumer(settings: Settings) -> AIOKafkaConsumer:
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.broker, enable_auto_commit=False,
                                 group_id=None, **settings.kafka_client_kwargs())
     await consumer.start()
-    partitions = consumer.partitions_for_topic(RESULTS)
+    results = TopicNames(settings.topic_namespace).results
+    partitions = consumer.partitions_for_topic(results)
     if not partitions:
         await consumer._client.force_metadata_update()  # the topic may not exist yet
-        partitions = consumer.partitions_for_topic(RESULTS) or {0}
-    assignment = [TopicPartition(RESULTS, p) for p in sorted(partitions)]
+        partitions = consumer.partitions_for_topic(results) or {0}
+    assignment = [TopicPartition(results, p) for p in sorted(partitions)]
     consumer.assign(assignment)
     ends = await consumer.end_offsets(assignment)
     for tp in assignment:
@@ -109,6 +110,7 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
     summary = Summary(sent=len(workloads))
     consumer = await _results_consumer(settings) if wait else None
     producer = AIOKafkaProducer(bootstrap_servers=settings.broker, acks="all", linger_ms=5,
+                                enable_idempotence=True,
                                 max_request_size=settings.max_message_bytes + 65536,
                                 **settings.kafka_client_kwargs())
     await producer.start()
@@ -124,7 +126,7 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
             sent_at = time.time_ns() // 1_000_000
             workload.setdefault("submitted_at_ms", sent_at)
             summary.sent_at_ms[str(workload["id"])] = sent_at
-            await producer.send(WORKLOADS, json.dumps(workload).encode(),
+            await producer.send(TopicNames(settings.topic_namespace).workloads, json.dumps(workload).encode(),
                                 key=str(workload["id"]).encode())
             if progress and time.monotonic() - shown > 0.5:  # about twice a second
                 shown = time.monotonic()
@@ -189,7 +191,8 @@ def run_submit(trace: Path, rate: float | None, wait: bool, timeout_s: float,
     workloads = load_trace(trace, limit, id_prefix)
     summary = asyncio.run(submit(workloads, rate, wait, timeout_s))
     if not wait:
-        print(f"sent {summary.sent} workloads to {WORKLOADS}")
+        print(f"sent {summary.sent} workloads to "
+              f"{TopicNames(get_settings().topic_namespace).workloads}")
         return 0
     report = summary.as_dict()
     print_summary(report)

@@ -43,13 +43,14 @@ async def ensure_topics(settings: Settings, partitions: Mapping[str, int]) -> No
 
 def contract_topics(settings: Settings) -> dict[str, int]:
     """Every fixed topic of the contract with its partition count."""
-    from app import topics
+    from app.topics import TopicNames
 
+    names = TopicNames(settings.topic_namespace)
     return {
-        topics.WORKLOADS: settings.workload_partitions,
-        topics.OUTCOMES: settings.workload_partitions,
-        topics.REROUTES: settings.workload_partitions,
-        topics.METRICS: settings.metric_partitions,
-        topics.HEARTBEATS: settings.metric_partitions,
-        topics.DEADLETTER: 1,
+        names.workloads: settings.workload_partitions,
+        names.outcomes: settings.workload_partitions,
+        names.reroutes: settings.workload_partitions,
+        names.metrics: settings.metric_partitions,
+        names.heartbeats: settings.metric_partitions,
+        names.deadletter: 1,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from dataclasses import dataclass
 
 # An optional namespace put before every name (empty by default, so the names are exactly the
 # contract's). It lets several independent deployments — or test sessions — share one cluster.
@@ -26,6 +27,47 @@ DEADLETTER = f"{NAMESPACE}switchyard.deadletter"
 OUTCOMES = f"{NAMESPACE}switchyard.outcomes"
 # Internal: requests to route a workload again after its device class died.
 REROUTES = f"{NAMESPACE}switchyard.reroutes"
+
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The contract's topic names under one namespace (``Settings.topic_namespace``), for
+    clients that take their settings as an argument rather than from the environment."""
+
+    namespace: str = ""
+
+    def _name(self, base: str) -> str:
+        return f"{self.namespace}switchyard.{base}"
+
+    @property
+    def workloads(self) -> str:
+        return self._name("workloads")
+
+    @property
+    def results(self) -> str:
+        return self._name("results")
+
+    @property
+    def outcomes(self) -> str:
+        return self._name("outcomes")
+
+    @property
+    def reroutes(self) -> str:
+        return self._name("reroutes")
+
+    @property
+    def metrics(self) -> str:
+        return self._name("metrics")
+
+    @property
+    def heartbeats(self) -> str:
+        return self._name("heartbeats")
+
+    @property
+    def deadletter(self) -> str:
+        return self._name("deadletter")
+
 
 _CLASS_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 

@@ -63,7 +63,6 @@ def test_web_port_falls_back_when_taken() -> None:
 def start_demo(broker: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "SWITCHYARD_BROKER": broker, "SWITCHYARD_WEB_PORT": str(free_port()),
            "PYTHONUNBUFFERED": "1"}
-    env.pop("SWITCHYARD_TOPIC_NAMESPACE", None)
     return subprocess.Popen([sys.executable, "-m", "app.cli", "demo", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -10,13 +10,13 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from app.local import LocalCluster
 from app.settings import Settings
+from app.submit import submit
 from models.ops import Variant, parse_op
 from models.traces import synthetic_trace
 from tests.integration.kafka_io import consume_until, produce
@@ -41,29 +41,15 @@ def cluster(broker, tmp_path_factory):
 
 
 def settings_for(cluster: LocalCluster) -> Settings:
-    return Settings(broker=cluster.broker)
+    return Settings(broker=cluster.broker, topic_namespace=cluster.namespace)
 
 
 def run_trace(cluster: LocalCluster, workloads: list[dict], rate: float = 40.0,
               timeout_s: float = 180.0):
-    import os
-
-    os.environ["SWITCHYARD_TOPIC_NAMESPACE"] = cluster.namespace
-    from app import submit as submit_module  # topic names are read per namespace below
-
-    return asyncio.run(_submit_ns(submit_module, cluster, workloads, rate, timeout_s))
-
-
-async def _submit_ns(submit_module, cluster, workloads, rate, timeout_s):
-    # app.topics was imported with the test process's namespace; patch the two names submit uses
-    orig = (submit_module.WORKLOADS, submit_module.RESULTS)
-    submit_module.WORKLOADS = f"{cluster.namespace}switchyard.workloads"
-    submit_module.RESULTS = f"{cluster.namespace}switchyard.results"
-    try:
-        return await submit_module.submit(workloads, rate, True, timeout_s,
-                                          settings_for(cluster), progress=False)
-    finally:
-        submit_module.WORKLOADS, submit_module.RESULTS = orig
+    """Submit through ``app.submit`` into the cluster's namespace (from its settings: no
+    environment or module state is touched)."""
+    return asyncio.run(submit(workloads, rate, True, timeout_s, settings_for(cluster),
+                              progress=False))
 
 
 def results_of(cluster: LocalCluster, ids: set[str], timeout_s: float = 30.0) -> list[dict]:

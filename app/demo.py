@@ -152,6 +152,10 @@ async def delete_namespace_topics(broker: str, prefixes: tuple[str, ...]) -> int
         await admin.close()
 
 
+# Deleting the run's topics is tidiness, not a reason to keep Ctrl-C waiting.
+TOPIC_CLEANUP_TIMEOUT_S = 20.0
+
+
 def _raise_interrupted(signum: int, frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
@@ -168,7 +172,11 @@ def run_demo(sim: bool, workloads: int, rate: float, keep_running: bool) -> int:
                            web_port=web_port(settings.web_port))
     started_broker = False
     status = 1
+    # Ctrl-C raises Interrupted too, rather than KeyboardInterrupt through asyncio.run: there
+    # it only cancels the running task, and a cancellation swallowed anywhere below (a client
+    # library's clean-up) let the demo carry on sending — Ctrl-C once did not stop it in CI.
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    previous_int = signal.signal(signal.SIGINT, _raise_interrupted)
     try:
         started_broker = ensure_broker(settings.broker)
         status = _run(cluster, settings, sim, workloads, rate, keep_running)
@@ -182,7 +190,7 @@ def run_demo(sim: bool, workloads: int, rate: float, keep_running: bool) -> int:
         # A second Ctrl-C must not cut the clean-up short and leave processes behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _clean_up(cluster, settings.broker, started_broker, keep_logs=status != 0)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous_int)
         signal.signal(signal.SIGTERM, previous)
     return status
 
@@ -229,7 +237,8 @@ def _clean_up(cluster: LocalCluster, broker: str, started_broker: bool, keep_log
     if kafka_local.broker_ready(broker, 2.0):
         # The topics only matter to this run: leave the broker as tidy as it was.
         with contextlib.suppress(Exception):
-            asyncio.run(delete_namespace_topics(broker, (cluster.namespace, cluster.app_id + "-")))
+            asyncio.run(asyncio.wait_for(delete_namespace_topics(
+                broker, (cluster.namespace, cluster.app_id + "-")), TOPIC_CLEANUP_TIMEOUT_S))
     if started_broker:
         kafka_local.stop()
     if keep_logs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 
 import pytest
@@ -26,6 +27,18 @@ def broker() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return BROKER
+
+
+def require_tool(*names: str, install: str) -> str:
+    """The path of the first of ``names`` on PATH. Missing, it fails the test in CI (where
+    .ci/run installs it) and skips it elsewhere, saying how to get it."""
+    for name in names:
+        if path := shutil.which(name):
+            return path
+    message = f"{' or '.join(names)} is not installed ({install})"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """docs/contract.md against a real pipeline: a message of every topic, produced by a worker and
 an executor started with LocalCluster, validates against its JSON Schema; partitioning, the
 one-result-per-workload guarantee and the checksum definition hold; the kcat examples of the
-contract run as written (skipped when kcat is not installed: ``apt-get install -y kcat``).
+contract run as written (kcat is installed by .ci/run; elsewhere the test skips when it is
+missing and says ``apt-get install -y kcat``).
 
 One cluster for the module: a worker takes 10-30 s to start on a small machine.
 """
@@ -13,7 +14,6 @@ import base64
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 import time
 import zlib
@@ -30,6 +30,7 @@ from app.local import LocalCluster
 from app.settings import Settings
 from models.tensors import encode_tensor
 from models.traces import synthetic_trace
+from tests.conftest import require_tool
 from tests.integration.kafka_io import consume_until, produce
 
 pytestmark = pytest.mark.kafka
@@ -184,8 +185,7 @@ def doc_command(marker: str, cluster: LocalCluster) -> str:
 
 
 def test_kcat_examples_run_as_documented(cluster: LocalCluster) -> None:
-    if shutil.which("kcat") is None:
-        pytest.skip("kcat is not installed (apt-get install -y kcat)")
+    require_tool("kcat", install="apt-get install -y kcat")
     produced = subprocess.run(["bash", "-c", doc_command("kcat-produce", cluster)],
                               capture_output=True, text=True, timeout=60)
     assert produced.returncode == 0, produced.stderr

@@ -177,7 +177,9 @@ class JaxRuntime(Runtime):
         try:
             devices = jax.devices(platform)
         except RuntimeError as exc:
-            raise RuntimeError(f"jax has no {platform} backend: {exc}") from None
+            hint = (" (plain jax has no CUDA plugin: install switchyard's `gpu` extra, "
+                    "pip install -e '.[gpu]')" if platform == "gpu" else "")
+            raise RuntimeError(f"jax has no {platform} backend: {exc}{hint}") from None
         if index >= len(devices):
             raise RuntimeError(f"{device!r}: jax sees only {len(devices)} {platform} devices")
         self.jax_device = devices[index]

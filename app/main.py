@@ -60,6 +60,10 @@ def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
         # loaded 2-core machine.
         broker_session_timeout=15.0,
         broker_heartbeat_interval=3.0,
+        # A restarted worker reclaims its partitions without waiting for that session
+        # (Settings.static_membership); a clean stop still leaves the group at once
+        # (app/faust_patches.py).
+        consumer_group_instance_id=settings.worker_instance_id(),
         web_port=settings.web_port,
         web_bind=settings.web_bind,
         web_host=settings.web_bind,

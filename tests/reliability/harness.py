@@ -50,7 +50,7 @@ class Scale:
 
 
 BOUNDED = Scale("bounded", workloads=240, rate=30.0, hostile=1200, soak_s=40.0, soak_rate=15.0)
-LONG = Scale("long", workloads=3000, rate=60.0, hostile=10000, soak_s=600.0, soak_rate=40.0)
+LONG = Scale("long", workloads=3000, rate=60.0, hostile=10000, soak_s=1800.0, soak_rate=40.0)
 # Both forms of a scenario, for ``parametrize("scale", SCALES)``: the bounded one runs in CI,
 # the long one (marked slow) only in the long mode.
 SCALES = [pytest.param(BOUNDED, id="bounded"),
@@ -105,12 +105,17 @@ def workloads(count: int, prefix: str, seed: int = 0) -> list[dict[str, Any]]:
 # --- the ledger ------------------------------------------------------------------------------
 @dataclass
 class Ledger:
-    """Exactly-once accounting of one scenario, from the topics."""
+    """Exactly-once accounting of one scenario, from the topics.
+
+    ``result_counts`` counts *records* per key on the results topic (a tombstone is no
+    result); ``result_statuses`` holds each result's status.
+    """
 
     sent_ids: set[str]
     workload_sends: Counter[str]
     result_counts: Counter[str]
     outcome_counts: Counter[str] = field(default_factory=Counter)
+    result_statuses: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def lost(self) -> list[str]:
@@ -119,6 +124,12 @@ class Ledger:
     @property
     def duplicated(self) -> dict[str, int]:
         return {k: n for k, n in self.result_counts.items() if n > 1 and k in self.sent_ids}
+
+    @property
+    def not_ok(self) -> dict[str, list[str]]:
+        """Sent ids with a result whose status is not ``ok``."""
+        return {k: v for k, v in self.result_statuses.items()
+                if k in self.sent_ids and any(status != "ok" for status in v)}
 
     def figures(self) -> dict[str, int]:
         """Sent, results, duplicates suppressed (extra deliveries that made no second result)
@@ -134,11 +145,70 @@ class Ledger:
                 "lost": len(self.lost)}
 
 
-def ledger(load: Load, watcher: TopicWatcher, topics: dict[str, str]) -> Ledger:
-    """The ledger of everything ``load`` sent, as the watcher saw the topics."""
+async def _read_to_end(broker: str, topic: str) -> list[tuple[str | None, bytes | None]]:
+    """Every record of ``topic`` from its beginning to its end offsets *now*, with a fresh
+    consumer (no group), as (key, value)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False,
+                                max_partition_fetch_bytes=16 << 20)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in await _partitions(consumer, topic)]
+        consumer.assign(partitions)
+        ends = await consumer.end_offsets(partitions)
+        # Explicit offsets: seek_to_beginning only requests a reset, and a position() read
+        # before it lands could start at the end (an empty ledger: seen in this suite).
+        for tp, first in (await consumer.beginning_offsets(partitions)).items():
+            consumer.seek(tp, first)
+        out: list[tuple[str | None, bytes | None]] = []
+        deadline = time.monotonic() + 120
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} to its end offsets took over 120 s")
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                out += [(r.key.decode("utf-8", "replace") if r.key is not None else None,
+                         r.value) for r in records if r.offset < ends[TopicPartition(
+                             r.topic, r.partition)]]
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    for _ in range(50):
+        await consumer._client.force_metadata_update()
+        if found := consumer.partitions_for_topic(topic):
+            return sorted(found)
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"topic {topic} has no partitions")
+
+
+def read_topic(broker: str, topic: str) -> list[tuple[str | None, bytes | None]]:
+    """Every record of ``topic`` up to its end offsets, read afresh (not a watcher's snapshot)."""
+    return asyncio.run(_read_to_end(broker, topic))
+
+
+def ledger(load: Load, topics: dict[str, str], broker: str) -> Ledger:
+    """The ledger of everything ``load`` sent, from results and outcomes read afresh from the
+    beginning to the topics' end offsets (call it after ``wait_all_results``), not from a
+    watcher's snapshot."""
+    results = read_topic(broker, topics["results"])
+    outcomes = read_topic(broker, topics["outcomes"])
+    counts: Counter[str] = Counter()
+    statuses: dict[str, list[str]] = {}
+    for key, value in results:
+        if key is None or value is None:
+            continue  # a tombstone is no result
+        counts[key] += 1
+        try:
+            status = str(json.loads(value).get("status"))
+        except (ValueError, AttributeError):
+            status = "unreadable"
+        statuses.setdefault(key, []).append(status)
     return Ledger(sent_ids=set(load.send_counts), workload_sends=load.send_counts,
-                  result_counts=watcher.key_counts(topics["results"]),
-                  outcome_counts=watcher.key_counts(topics["outcomes"]))
+                  result_counts=counts,
+                  outcome_counts=Counter(k for k, v in outcomes if k is not None),
+                  result_statuses=statuses)
 
 
 async def _group_lag(broker: str, group: str, topics: list[str]) -> int:
@@ -148,12 +218,12 @@ async def _group_lag(broker: str, group: str, topics: list[str]) -> int:
     await consumer.start()
     try:
         committed = await admin.list_consumer_group_offsets(group)
-        partitions = [tp for tp in committed if tp.topic in topics]
-        for topic in topics:
-            for p in consumer.partitions_for_topic(topic) or ():
-                tp = TopicPartition(topic, p)
-                if tp not in committed:
-                    partitions.append(tp)
+        # Every partition of the topics, from fresh metadata: one the group never committed
+        # counts in full (a fresh consumer's metadata may not list the topic at all, and the
+        # lag of such partitions was taken for 0: a revived executor "caught up" after 2 of
+        # its 12 stale routes).
+        partitions = [TopicPartition(topic, p) for topic in topics
+                      for p in await _partitions(consumer, topic)]
         ends = await consumer.end_offsets(partitions) if partitions else {}
         return sum(max(0, end - (committed[tp].offset if tp in committed else 0))
                    for tp, end in ends.items())
@@ -170,22 +240,46 @@ def group_lag(broker: str, group: str, topics: list[str]) -> int:
         return -1  # unknown right now (a rebalance, a broker restart): not caught up
 
 
+async def _executor_groups(broker: str, namespace: str) -> dict[str, list[str]]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        listed = await admin.list_consumer_groups()
+    finally:
+        await admin.close()
+    prefix = f"{namespace}switchyard-executor."
+    return {group: [route_topic(namespace, group[len(prefix):])]
+            for group, *_ in listed if group.startswith(prefix)}
+
+
+def executor_groups(broker: str, namespace: str) -> dict[str, list[str]]:
+    """Every executor class's consumer group in ``namespace``, with its route topic."""
+    return asyncio.run(_executor_groups(broker, namespace))
+
+
 def wait_all_results(watcher: TopicWatcher, topics: dict[str, str], ids: set[str],
                      timeout_s: float, broker: str, app_id: str,
                      abort: Callable[[], str | None] | None = None) -> float:
-    """Wait until every id has a result and the worker has committed every outcome: after
-    that, a duplicate result would already be on the topic."""
+    """Wait until every id has a result and every consumer group has committed everything:
+    the worker's (workloads and outcomes) and every executor class's (routes). After that a
+    duplicate result would already be on the topic, so the ledger can be read to the end
+    offsets."""
     took = watcher.wait(lambda: ids <= set(watcher.key_counts(topics["results"])), timeout_s,
                         f"{len(ids)} results", abort)
-    watcher.wait(lambda: group_lag(broker, app_id, [topics["outcomes"]]) == 0, 60,
-                 "the worker committing every outcome", abort)
+    namespace = topics["results"][:-len("switchyard.results")]
+    everyone = {app_id: [topics["workloads"], topics["outcomes"]],
+                **executor_groups(broker, namespace)}
+    for group, group_topics in everyone.items():
+        watcher.wait(lambda g=group, t=group_topics: group_lag(broker, g, t) == 0, 120,
+                     f"consumer group {group} committing everything", abort)
     return took
 
 
 def assert_exactly_once(book: Ledger) -> None:
-    """Every sent id has exactly one result."""
+    """Every sent id has exactly one result record, and it says ``ok``."""
     assert not book.lost, f"{len(book.lost)} workloads lost: {book.lost[:10]}"
     assert not book.duplicated, f"duplicate results: {dict(list(book.duplicated.items())[:10])}"
+    assert not book.not_ok, f"results not ok: {dict(list(book.not_ok.items())[:10])}"
 
 
 def alive_check(*procs: Proc) -> Callable[[], str | None]:

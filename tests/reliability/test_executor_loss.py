@@ -90,7 +90,7 @@ def test_executor_kill9_reroutes_its_queue_and_drops_late_duplicates(broker, wor
             sent = set(first.send_counts) | set(later.send_counts)
             wait_all_results(watcher, names, sent, 180, broker, cluster.app_id,
                              alive_check(worker, survivor, revived))
-            book = ledger(first, watcher, names)
+            book = ledger(first, names, broker)
             book.sent_ids |= set(later.send_counts)
             book.workload_sends.update(later.send_counts)
         finally:
@@ -110,3 +110,7 @@ def test_executor_kill9_reroutes_its_queue_and_drops_late_duplicates(broker, wor
         assert_exactly_once(book)
         assert queued_ids, "the victim had nothing queued when it died"
         assert len(completed_elsewhere) == len(queued_ids)
+        # The revived executor redid the victim's uncommitted queue: each of those workloads
+        # has a second outcome, which the worker dropped (the "late duplicates" path).
+        single = sorted(i for i in queued_ids if book.outcome_counts[i] < 2)
+        assert not single, f"the stale queue was not redone for {single[:10]}"

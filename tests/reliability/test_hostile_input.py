@@ -24,8 +24,10 @@ from tests.reliability.harness import (
     Shared,
     alive_check,
     crashed_agents,
+    read_topic,
     record_figures,
     topic_names,
+    wait_all_results,
     workloads,
 )
 from tests.reliability.watch import RssSampler, TopicWatcher, memory_trend
@@ -92,9 +94,12 @@ def test_hostile_input_is_dead_lettered_and_valid_work_completes(broker, shared:
         watcher.wait(lambda: set(landed) <= set(dead_lettered()), 600,
                      f"{len(landed)} dead letters", alive_check(worker, *shared.executors))
         valid_ids = {w["id"] for w in valid}
-        watcher.wait(lambda: valid_ids <= set(watcher.key_counts(names["results"])), 300,
-                     "every valid workload's result", alive_check(worker))
+        wait_all_results(watcher, names, valid_ids, 300, broker, cluster.app_id,
+                         alive_check(worker))
         took_s = time.monotonic() - started
+        results = Counter(key for key, value in read_topic(broker, names["results"])
+                          if key in valid_ids and value is not None
+                          and json.loads(value).get("status") == "ok")
         health = cluster.api("/api/health")
     finally:
         sampler.close()
@@ -114,6 +119,8 @@ def test_hostile_input_is_dead_lettered_and_valid_work_completes(broker, shared:
         "worker_rss_growth_mib": round(growth, 1), "worker_rss": trend,
     })
     assert health["status"] == "ok" and worker.alive()
+    wrong = {i: results[i] for i in valid_ids if results[i] != 1}
+    assert not wrong, f"valid workloads without exactly one ok result: {list(wrong.items())[:5]}"
     assert not crashed_agents(worker.log_tail(10**9)[log_start:])
     assert not twice, f"dead-lettered more than once: {list(twice)[:5]}"
     assert not no_reason, f"dead letters without a reason: {no_reason[:5]}"

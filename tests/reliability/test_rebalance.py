@@ -60,10 +60,11 @@ def test_worker_joins_then_one_leaves_mid_trace(broker, workdir, scale: Scale):
         cluster.wait_ready(first, 240)
         cluster.wait_devices([p.name for p in executors], 120)
         watcher = TopicWatcher(broker, [names["results"], names["outcomes"]]).start()
-        # Slow enough that the trace outlasts a join (~20 s here) and a leave.
+        # The last fifth of the trace is held back until the first worker has left, so the
+        # join and the leave happen mid-trace however long they take on this machine.
         rate = scale.workloads / (60.0 if scale.name == "bounded" else 180.0)
         load = Load(broker, names["workloads"], workloads(scale.workloads, "rb-"), rate,
-                    duplicate_every=25).start()
+                    duplicate_every=25, hold_at=scale.workloads * 4 // 5).start()
 
         def results() -> int:
             return len(watcher.key_counts(names["results"]))
@@ -83,8 +84,9 @@ def test_worker_joins_then_one_leaves_mid_trace(broker, workdir, scale: Scale):
             cluster.kill(first, signal.SIGTERM)  # a clean leave: partitions move at once
             cluster.wait_ready(second, 240, web_port=port_b)
             leave_s = time.monotonic() - left_at
+            load.release.set()
             after_leave = caught_up_models(cluster, port_b, before_leave)
-            load.join(scale.workloads / scale.rate + 240)
+            load.join(scale.workloads / rate + 240)
             # A worker that holds its partitions and produces nothing fails here, with its
             # stacks and /api/health saved (the offset guard closed the one known cause).
             wait_all_results(watcher, names, set(load.send_counts), 300, broker,
@@ -93,7 +95,7 @@ def test_worker_joins_then_one_leaves_mid_trace(broker, workdir, scale: Scale):
                                                         watcher, names["results"], second,
                                                         workdir / "stall.txt",
                                                         health=lambda: cluster.health(port_b))))
-            book = ledger(load, watcher, names)
+            book = ledger(load, names, broker)
         finally:
             load.close()
             watcher.close()

@@ -75,7 +75,7 @@ def test_soak_sustained_load_holds_throughput_and_memory(broker, shared: Shared,
         offered_s = time.monotonic() - started
         wait_all_results(watcher, names, set(load.send_counts), 300, broker, cluster.app_id,
                          alive_check(worker, *shared.executors))
-        book = ledger(load, watcher, names)
+        book = ledger(load, names, broker)
     finally:
         load.close()
         sampler.close()
@@ -109,7 +109,8 @@ def test_soak_sustained_load_holds_throughput_and_memory(broker, shared: Shared,
                                 "max": max(s)} for t, s in sizes.items()},
     })
     assert_exactly_once(book)
-    assert held >= 0.9, f"throughput held {held:.2f} of the offered rate"
+    # Throughput held is a figure (RELIABILITY.md), not a pass mark: a timing threshold fails
+    # on a loaded machine for reasons that are not the system's.
     # In-flight work stays near rate x latency: it is deleted as results come back.
     assert max(sizes["inflight"]) <= scale.soak_rate * 20, sizes["inflight"]
     assert sizes["inflight"][-1] <= max(10, max(sizes["inflight"]) // 2)

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from app.admin import ensure_topics
+from app.producing import RenewingProducer
 from app.settings import Settings
 
 
@@ -63,19 +64,23 @@ class Load(Background):
     """Publishes workloads at a rate; a failed send is retried until the broker takes it.
 
     ``duplicate_every`` re-sends every n-th workload once more later (a client retrying), so
-    the decider's duplicate suppression is exercised on every run.
+    the decider's duplicate suppression is exercised on every run. ``hold_at`` makes the load
+    wait before that item until ``release`` is set: the test's fault then lands mid-trace
+    however long it takes on this machine (the rest of the trace is sent after it).
     """
 
     def __init__(self, broker: str, topic: str, items: list[dict[str, Any]], rate: float,
-                 duplicate_every: int = 0) -> None:
+                 duplicate_every: int = 0, hold_at: int | None = None) -> None:
         super().__init__()
         self.broker, self.topic, self.items, self.rate = broker, topic, items, rate
         self.duplicate_every = duplicate_every
+        self.hold_at = hold_at
+        self.release = threading.Event()
         self.sent = 0
         self.send_counts: Counter[str] = Counter()
         self.retries = 0
 
-    async def _send(self, producer: AIOKafkaProducer, workload: dict[str, Any]) -> None:
+    async def _send(self, producer: RenewingProducer, workload: dict[str, Any]) -> None:
         raw = json.dumps(workload).encode()
         while True:
             try:
@@ -87,14 +92,20 @@ class Load(Background):
                 await asyncio.sleep(0.5)
 
     async def run(self) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.broker, acks="all",
-                                    request_timeout_ms=10_000, retry_backoff_ms=250)
+        # Idempotent, and replaced after a failed send, like the executors' (app/producing.py).
+        producer = RenewingProducer(lambda: AIOKafkaProducer(
+            bootstrap_servers=self.broker, acks="all", enable_idempotence=True,
+            request_timeout_ms=10_000, retry_backoff_ms=250))
         await producer.start()
         try:
             started = time.monotonic()
             for i, workload in enumerate(self.items):
                 if self.stop_event.is_set():
                     return
+                if i == self.hold_at and not self.release.is_set():
+                    while not (self.release.is_set() or self.stop_event.is_set()):
+                        await asyncio.sleep(0.1)
+                    started = time.monotonic() - i / self.rate  # go on at the same pace
                 delay = started + i / self.rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -117,6 +128,7 @@ class Record:
     partition: int
     offset: int
     seen_at: float  # time.monotonic() when the watcher read it
+    timestamp_s: float = 0.0  # the record's own timestamp (producer's wall clock), seconds
 
     def json(self) -> Any:
         """The value decoded as JSON (None when it is not)."""
@@ -159,7 +171,8 @@ class TopicWatcher(Background):
                         for r in records:
                             key = r.key.decode("utf-8", "replace") if r.key else None
                             self._records[r.topic].append(
-                                Record(r.topic, key, r.value, r.partition, r.offset, now))
+                                Record(r.topic, key, r.value, r.partition, r.offset, now,
+                                       r.timestamp / 1000.0))
         finally:
             await consumer.stop()
 

@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     rocksdb_write_buffer_mib: int = Field(default=4, ge=1)
     rocksdb_block_cache_mib: int = Field(default=8, ge=1)
 
-    # --- Metric path batching (per-event table writes are the cost; see DESIGN.md) -----------
+    # --- Metric path batching (per-event table writes are the cost; see docs/architecture.md) ---
     metric_batch_size: int = Field(default=500, ge=1)
     metric_batch_within_s: float = Field(default=0.25, gt=0)
 

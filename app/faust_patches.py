@@ -13,6 +13,8 @@ instead of silently losing a guarantee.
 - ``install_draining_flush``: the pre-commit flush waits for every buffered table write.
 - ``install_patient_partition_check``: a table write made before the consumer's metadata
   knows the table's (just created) changelog topic is not taken for a partition mismatch.
+- ``install_topic_creation_wait``: a topic Faust creates is in the broker's metadata before
+  Faust goes on (and subscribes to it).
 - ``install_static_member_leave``: a worker with a static group-membership id still leaves
   the group when it stops cleanly (aiokafka skips the LeaveGroup for static members).
 - ``current_event``: the contextvar through which a table write finds its changelog partition.
@@ -22,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from faust.streams import _current_event as current_event  # noqa: F401 - re-exported
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 
+logger = logging.getLogger(__name__)
 TESTED_FAUST = "0.15"
 IDEMPOTENT = {"acks": "all", "enable_idempotence": True}
 
@@ -50,6 +54,46 @@ def install_idempotent_producer() -> None:
 
     producer_class._settings_extra = settings_extra  # type: ignore[method-assign]
     producer_class._switchyard_idempotent = True  # type: ignore[attr-defined]
+
+
+# How long a created topic may take to show in the broker's metadata before Faust goes on.
+TOPIC_METADATA_WAIT_S = 15.0
+
+
+def install_topic_creation_wait() -> None:
+    """After Faust creates a topic, wait until the broker's metadata lists its partitions.
+
+    With KRaft a CreateTopics answer comes before every broker serves the new topic's
+    metadata. Faust creates the tables' changelog topics and subscribes to them at once: the
+    group leader's assignor then found ``window_hopping-changelog`` missing ("Ignoring missing
+    topic"), assigned none of its partitions, and the hopping window table stayed empty on that
+    worker until the next rebalance (a CI failure of tests/integration/test_dashboard.py).
+    The wait reads metadata into a fresh cluster view, so the client's own tracked topics are
+    left as Faust set them.
+    """
+    transport = faust_aiokafka.Transport
+    if getattr(transport, "_switchyard_waits_for_topics", False):
+        return
+    create = transport._create_topic
+
+    async def create_and_wait(self: Any, owner: Any, client: Any, topic: str, partitions: int,
+                              replication: int, **kwargs: Any) -> None:
+        await create(self, owner, client, topic, partitions, replication, **kwargs)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TOPIC_METADATA_WAIT_S
+        while True:
+            with contextlib.suppress(Exception):
+                metadata = await client.fetch_all_metadata()
+                if metadata.partitions_for_topic(topic):
+                    return
+            if loop.time() > deadline:
+                logger.warning("topic %s not in the broker's metadata %.0f s after its creation",
+                               topic, TOPIC_METADATA_WAIT_S)
+                return
+            await asyncio.sleep(0.1)
+
+    transport._create_topic = create_and_wait  # type: ignore[method-assign]
+    transport._switchyard_waits_for_topics = True  # type: ignore[attr-defined]
 
 
 def install_patient_partition_check() -> None:
@@ -151,6 +195,7 @@ def install_draining_flush() -> None:
 def install() -> None:
     """Every patch (idempotent, so importing twice is harmless)."""
     install_idempotent_producer()
+    install_topic_creation_wait()
     install_patient_partition_check()
     install_static_member_leave()
     install_draining_flush()

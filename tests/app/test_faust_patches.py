@@ -57,3 +57,30 @@ def test_a_real_partition_mismatch_still_raises() -> None:
     table = _table_with({"source": 4, "t-changelog": 2})
     with pytest.raises(PartitionsMismatch):
         Collection._verify_source_topic_partitions(table, "source")
+
+
+async def test_a_created_topic_is_waited_for_until_the_metadata_lists_it() -> None:
+    """Faust goes on only once the broker's metadata has the topic's partitions."""
+    answers = iter([None, set(), {0, 1, 2, 3}])
+    asked: list[str] = []
+
+    class Client:
+        async def fetch_all_metadata(self) -> Any:
+            partitions = next(answers)
+            return SimpleNamespace(partitions_for_topic=lambda topic: asked.append(topic)
+                                   or partitions)
+
+    created: list[str] = []
+    original = faust_patches.faust_aiokafka.Transport._create_topic
+    try:
+        async def fake_create(self: Any, owner: Any, client: Any, topic: str, *args: Any,
+                              **kwargs: Any) -> None:
+            created.append(topic)
+        faust_aiokafka.Transport._create_topic = fake_create
+        faust_aiokafka.Transport._switchyard_waits_for_topics = False
+        faust_patches.install_topic_creation_wait()
+        await faust_aiokafka.Transport._create_topic(None, None, Client(), "t-changelog", 4, 1)
+    finally:
+        faust_aiokafka.Transport._create_topic = original
+        faust_aiokafka.Transport._switchyard_waits_for_topics = True
+    assert created == ["t-changelog"] and asked == ["t-changelog"] * 3

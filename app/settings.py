@@ -132,11 +132,18 @@ class Settings(BaseSettings):
     @field_validator("broker")
     @classmethod
     def _broker_has_port(cls, value: str) -> str:
-        for server in value.split(","):
-            host, sep, port = server.strip().rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"broker {server!r} is not host:port")
-        return value
+        """``host:port`` servers, comma separated; Faust's URL form is accepted too
+        (``kafka://host:port;host:port``, as Faust users write it) and normalised."""
+        servers = []
+        for server in value.replace(";", ",").split(","):
+            server = server.strip()
+            if server.startswith("kafka://"):
+                server = server[len("kafka://"):]
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or "/" in server:
+                raise ValueError(f"broker {server!r} is not host:port (or kafka://host:port)")
+            servers.append(server)
+        return ",".join(servers)
 
     @model_validator(mode="after")
     def _security_is_complete(self) -> Settings:

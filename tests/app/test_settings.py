@@ -28,7 +28,15 @@ def test_environment_prefix(monkeypatch):
     assert s.web_port == 7000
 
 
-@pytest.mark.parametrize("broker", ["nohost", "host:", ":9092", "host:port"])
+@pytest.mark.parametrize("given", ["kafka://a:1;b:2", "kafka://a:1,kafka://b:2", " a:1 ; b:2 "])
+def test_fausts_url_form_is_accepted_and_normalised(monkeypatch, given):
+    monkeypatch.setenv("SWITCHYARD_BROKER", given)
+    s = Settings()
+    assert s.broker == "a:1,b:2" and s.broker_url == "kafka://a:1;b:2"
+
+
+@pytest.mark.parametrize("broker", ["nohost", "host:", ":9092", "host:port", "kafka://",
+                                    "http://a:1", "kafka://a:1/path"])
 def test_bad_broker_is_rejected(monkeypatch, broker):
     monkeypatch.setenv("SWITCHYARD_BROKER", broker)
     with pytest.raises(ValidationError):

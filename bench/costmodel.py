@@ -30,7 +30,8 @@ from bench.common import (
     update_benchmarks_md,
     write_json,
 )
-from models.costmodel import CostModelLike, Prediction, Row, make_cost_model
+from models.costmodel import CostModelLike, Prediction, Row
+from models.costmodels import make_cost_model
 from models.features import featurize
 from models.ops import OpSpec, Variant, make_inputs, parse_op
 from models.priors import prior_for_class

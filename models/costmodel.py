@@ -25,14 +25,11 @@ from models.priors import PriorDevice, prior_for_class
 from models.regression import BayesLinReg, ErrorTracker
 
 __all__ = [
-    "COST_MODEL_KINDS",
     "CostModel",
     "CostModelLike",
     "Prediction",
     "Row",
     "compare_online",
-    "cost_model_from_dict",
-    "make_cost_model",
     "validate_rows",
 ]
 
@@ -94,7 +91,7 @@ class CostModelLike(Protocol):
         """Progressive-validation error: count, ewma_ape, median_ape, p90_ape, mean_ape (percent)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready state; `cost_model_from_dict` rebuilds it."""
+        """JSON-ready state; `from_dict` (or `models.costmodels.cost_model_from_dict`) rebuilds it."""
 
     def clone(self) -> CostModelLike:
         """An independent copy with the same learned state."""
@@ -351,41 +348,6 @@ class CostModel:
         copy = CostModel.from_dict(self.to_dict())
         copy._cache = self._cache
         return copy
-
-
-COST_MODEL_KINDS: tuple[str, ...] = ("blr", "sgd", "history", "powerlaw")
-
-
-def make_cost_model(kind: str, device_class: str, **options: Any) -> CostModelLike:
-    """A cold cost model of ``kind`` ("blr" default, "sgd" comparator, "history"/"powerlaw"
-    StarPU-style) for ``device_class``."""
-    if kind == "blr":
-        return CostModel.for_class(device_class, **options)
-    if kind == "sgd":
-        from models.sgd_model import SGDCostModel
-
-        return SGDCostModel.for_class(device_class, **options)
-    if kind in ("history", "powerlaw"):
-        from models.history import HistoryCostModel
-
-        return HistoryCostModel(device_class, mode=kind, **options)
-    raise ValueError(f"unknown cost model kind {kind!r}; expected one of {COST_MODEL_KINDS}")
-
-
-def cost_model_from_dict(data: Mapping[str, Any]) -> CostModelLike:
-    """Rebuild any cost model from its `to_dict` output (dispatching on ``data["kind"]``)."""
-    kind = data.get("kind")
-    if kind == CostModel.KIND:
-        return CostModel.from_dict(data)
-    if kind == "sgd":
-        from models.sgd_model import SGDCostModel
-
-        return SGDCostModel.from_dict(data)
-    if kind in ("history", "powerlaw"):
-        from models.history import HistoryCostModel
-
-        return HistoryCostModel.from_dict(data)
-    raise ValueError(f"unknown cost model kind {kind!r}")
 
 
 def compare_online(

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from models.costmodel import CostModelLike, cost_model_from_dict, make_cost_model
+from models.costmodel import CostModelLike
+from models.costmodels import cost_model_from_dict, make_cost_model
 from models.decision import Candidate
 from models.devices import DEVICE_CATALOG, roofline_seconds
 from models.history import HistoryModel

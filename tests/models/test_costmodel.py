@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from models.costmodel import CostModel, compare_online, cost_model_from_dict, make_cost_model
+from models.costmodel import CostModel, compare_online
+from models.costmodels import cost_model_from_dict, make_cost_model
 from models.devices import DEVICE_CATALOG, roofline_seconds
 from models.ops import Variant, parse_op
 from models.priors import parse_device_class, prior_for_class

@@ -10,7 +10,6 @@ metadata request succeeded.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -21,12 +20,22 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app import kafka_secure
+from app.kafka_config import (
+    BrokerPaths,
+    KafkaError,
+    broker_ready,
+    server_properties,
+    write_private,
+)
+
 logger = logging.getLogger(__name__)
+__all__ = ["BrokerPaths", "KafkaError", "broker_ready", "server_properties", "write_private",
+           "read_pid", "start", "status", "stop", "wait_ready"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POM = REPO_ROOT / "docker" / "kafka" / "pom.xml"
@@ -41,118 +50,12 @@ COMPOSE_HINT = (
 )
 
 
-class KafkaError(RuntimeError):
-    """A problem with the local broker, worded for the person at the terminal."""
-
-
-@dataclass(frozen=True)
-class BrokerPaths:
-    """Where one local broker keeps its configuration, logs, data and pid."""
-
-    data_dir: Path
-
-    @property
-    def config(self) -> Path:
-        return self.data_dir / "server.properties"
-
-    @property
-    def log_config(self) -> Path:
-        return self.data_dir / "log4j2.properties"
-
-    @property
-    def logs(self) -> Path:
-        return self.data_dir / "logs"
-
-    @property
-    def log_file(self) -> Path:
-        return self.data_dir / "logs" / "broker.log"
-
-    @property
-    def kraft(self) -> Path:
-        return self.data_dir / "kraft"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.data_dir / "broker.pid"
-
-    @property
-    def port_file(self) -> Path:
-        return self.data_dir / "broker.port"
-
-    @property
-    def secure_dir(self) -> Path:
-        return self.data_dir / "secure"
-
-    @property
-    def keystore(self) -> Path:
-        return self.secure_dir / "broker.p12"
-
-    @property
-    def ca_cert(self) -> Path:
-        return self.secure_dir / "ca.pem"
-
-    @property
-    def secrets_file(self) -> Path:
-        return self.secure_dir / "secrets.json"
-
-    def client_env(self, protocol: str) -> Path:
-        """The file of SWITCHYARD_* client settings for one secure listener."""
-        return self.secure_dir / f"{protocol.lower()}.env"
-
-
 def kafka_version() -> str:
     """The Kafka version pinned in the pom."""
     match = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_text())
     if not match:
         raise KafkaError(f"no <kafka.version> in {POM}")
     return match.group(1)
-
-
-def server_properties(port: int, controller_port: int, paths: BrokerPaths,
-                      listeners: Mapping[str, int] | None = None, extra: Sequence[str] = (),
-                      ) -> str:
-    """The broker configuration: one node that is broker and controller, tuned to start fast.
-
-    ``listeners`` adds client listeners (name, which is also the security protocol, and port)
-    next to PLAINTEXT; ``extra`` lines configure them (``app.kafka_secure``).
-    """
-    client = {"PLAINTEXT": port, **(listeners or {})}
-    advertised = ",".join(f"{name}://127.0.0.1:{p}" for name, p in client.items())
-    protocols = ",".join(f"{name}:{name}" for name in client)
-    return "\n".join(
-        [
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-            f"listeners={advertised},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners={advertised}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{protocols}",
-            f"log.dirs={paths.kraft}",
-            "num.partitions=1",
-            # One node: every internal topic has one replica, and one partition is plenty
-            # (the default 50 offsets partitions alone add seconds to the first start).
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "transaction.state.log.num.partitions=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            # Consumers join at once instead of waiting 3 s for more members.
-            "group.initial.rebalance.delay.ms=0",
-            # Topics are created deliberately, with their partition counts: an auto-created topic
-            # would get one partition and break co-partitioning with the tables.
-            "auto.create.topics.enable=false",
-            "delete.topic.enable=true",
-            "log.retention.hours=24",
-            "message.max.bytes=16777216",
-            *extra,
-            "",
-        ]
-    )
-
 
 
 LOG4J2 = """\
@@ -232,14 +135,6 @@ def _java_cmd(java: str, paths: BrokerPaths, main_class: str, *args: str) -> lis
     ]
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a file that only its owner may read (it holds a password)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        os.fchmod(out.fileno(), 0o600)  # an older file may have had wider permissions
-        out.write(text)
-
-
 def read_pid(paths: BrokerPaths) -> int | None:
     """The pid of the broker this data dir started, if that process still runs."""
     try:
@@ -268,31 +163,6 @@ def read_pid(paths: BrokerPaths) -> int | None:
     return pid
 
 
-async def _metadata_ok(bootstrap: str, timeout_s: float = 3.0, **security: Any) -> bool:
-    from aiokafka import AIOKafkaClient  # a real metadata request, the readiness signal
-
-    # Refused connections are the expected answer while a broker starts: not worth a log line.
-    aiokafka_logger = logging.getLogger("aiokafka")
-    level = aiokafka_logger.level
-    aiokafka_logger.setLevel(logging.CRITICAL)
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
-                            **security)
-    try:
-        await asyncio.wait_for(client.bootstrap(), timeout_s)
-        return bool(client.cluster.brokers())
-    except Exception:  # noqa: BLE001 - any failure means "not ready yet"
-        return False
-    finally:
-        await client.close()
-        aiokafka_logger.setLevel(level)
-
-
-def broker_ready(bootstrap: str, timeout_s: float = 3.0, **security: Any) -> bool:
-    """Whether a metadata request to ``bootstrap`` succeeds (``security``: aiokafka's
-    security_protocol, ssl_context and sasl_* arguments, for a secure listener)."""
-    return asyncio.run(_metadata_ok(bootstrap, timeout_s, **security))
-
-
 def wait_ready(bootstrap: str, timeout_s: float = READY_TIMEOUT_S,
                process: subprocess.Popen[bytes] | None = None,
                paths: BrokerPaths | None = None) -> float:
@@ -315,8 +185,6 @@ def start(port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR, secure: bool = Fa
     ``secure`` adds the SASL_PLAINTEXT, SSL and SASL_SSL listeners (port+2, +3, +4) and
     writes their client settings under ``data_dir/secure/``.
     """
-    from app import kafka_secure  # it builds on this module
-
     paths = BrokerPaths(data_dir.expanduser().resolve())
     bootstrap = f"127.0.0.1:{port}"
     pid = read_pid(paths)
@@ -411,8 +279,6 @@ def status(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
     ready = broker_ready(f"127.0.0.1:{port}", 2.0)
     print(f"Kafka {'running' if ready else 'starting (not answering yet)'}: pid {pid}, "
           f"bootstrap 127.0.0.1:{port}, data {paths.data_dir}, logs {paths.log_file}")
-    from app import kafka_secure  # it builds on this module
-
     if port.isdigit() and kafka_secure.configured(paths):
         kafka_secure.describe(paths, int(port))
     return ready

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_urlsafe
 
-from app.kafka_local import BrokerPaths, KafkaError, broker_ready, server_properties, write_private
+from app.kafka_config import BrokerPaths, KafkaError, broker_ready, server_properties, write_private
 
 # Secure listeners sit at fixed offsets from the client port (the controller has port+1), so
 # one --port says where everything listens. Inter-broker and controller traffic stay PLAINTEXT.

@@ -8,7 +8,6 @@ inputs, so callers cast first.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import erf  # scipy ships with scikit-learn; numpy has no vectorised erf
 
 LAYERNORM_EPS = 1e-5
 
@@ -20,6 +19,11 @@ def activation(name: str, x: np.ndarray) -> np.ndarray:
     if name == "relu":
         return np.maximum(x, 0).astype(x.dtype, copy=False)
     if name == "gelu":
+        # scipy ships with scikit-learn; numpy has no vectorised erf. Imported here: the worker
+        # imports this module but never computes, and scipy.special is half a second of its
+        # start-up (and of its recovery after a crash).
+        from scipy.special import erf
+
         half = x.dtype.type(0.5)
         return (half * x * (1 + erf(x / np.sqrt(x.dtype.type(2))))).astype(x.dtype, copy=False)
     if name == "tanh":

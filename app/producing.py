@@ -9,8 +9,9 @@ restart: an executor retried its metric forever (tests/reliability/test_broker_f
 
 So when a send fails, the producer is replaced by a new one (a new producer id, numbers from
 zero) before the caller retries. Duplicates stay impossible within one producer's life; across
-a replacement, a record whose first send the broker did append can be appended once more —
-the outcome and metric topics are deduplicated downstream by workload id.
+a replacement, a record whose first send the broker did append can be appended once more.
+Outcomes are deduplicated by workload id before switchyard.results; a repeated metric is
+learned twice (one extra sample, only after a broker fault).
 """
 
 from __future__ import annotations

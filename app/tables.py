@@ -5,7 +5,7 @@
 | completed | workload id (bytes) | its one result (changelog = switchyard.results) | complete | by workload id |
 | inflight | workload id | routed, unfinished work | decide, complete | by workload id |
 | backlog | "<class>#<partition>" | predicted ms and count routed, unfinished | decide, complete | by workload id |
-| decisions | "<partition>:<slot>" | a ring of recent decisions, measured time filled in | decide, complete | by workload id |
+| decisions | "<partition>:<slot>" | a ring of recent decisions (the measured time is joined from the results when read, app/web.py) | decide | by workload id |
 | input_offsets | "<topic>#<partition>" | the next workload/outcome offset the stage expects (app/gaps.py) | decide, complete | by workload id |
 | devices (global) | device id | last heartbeat and when it was seen | registry | by device class |
 | class_models | device class | the class's cost model: learn's own state | learn | by device class |

@@ -156,6 +156,8 @@ def render(figures: dict[str, Any], results: list[tuple[str, str, float]], mode:
                 f"{_g(r, 'decision_latency_ms', 'p99')} | {_g(rss, 'first_mib')} → "
                 f"{_g(rss, 'peak_mib')} → {_g(rss, 'last_mib')} | "
                 f"{_g(rss, 'slope_second_half_mib_per_min')} |")
+            if r.get("note"):
+                lines.append(f"\n*{r['scale']}: {r['note']}.*")
             sizes = ", ".join(f"{t} {s['start']}→{s['mid']}→{s['end']} (max {s['max']})"
                               for t, s in r["table_live_keys"].items())
             lines.append(f"\nTable sizes ({r['scale']}), live keys on each changelog at start → "
@@ -187,6 +189,19 @@ KNOWN_ISSUES = """\
   broker stop, SIGKILL and SIGSTOP scenarios count records, not distinct ids.
 - **Executors exited when the broker went away mid-publish**: fixed in `app/executor.py`
   (1f9d3ef); the broker-fault scenarios now fail if any process exits.
+- **Recovery after `kill -9`**: the restarted worker reclaims its partitions by its static
+  group-membership id (`group.instance.id` from host and data dir) instead of waiting for the
+  dead member's 15 s session; a clean stop still leaves the group at once. Bounded form: kill
+  to ready 21.4 s -> 8.7 s. The long form (1,000 results and their table state at the kill)
+  still takes longer than 10 s: the worker discards its local stores after a crash and restores
+  every table from its changelog, so recovery grows with the tables (the `completed` table is
+  the whole results topic). Not yet fixed.
+- **The suite's own honesty**: the ledger is read from the topics' beginning to their end
+  offsets once every consumer group (worker and executors) has committed everything, counts
+  records (not distinct ids), treats a tombstone as no result and requires `status: ok`; the
+  group-lag check counted a never-committed partition as caught up (a revived executor was
+  taken to have redone its stale queue after 2 of 12 routes) — fixed, and the executor-loss
+  scenario now asserts the stale queue was redone and its outcomes dropped.
 - Fixed by this suite: results lost after `kill -9` (Faust's pre-commit flush gave up early;
   local RocksDB state ahead of its changelog), 60 s recovery (session timeout), stages crashed
   by deep nesting or mistyped fields, expired windows kept for ever in their changelogs.

@@ -3,6 +3,7 @@ and Ctrl-C), which must leave no process behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -74,6 +75,16 @@ def descendants(pid: int) -> set[int]:
         return set()
 
 
+def kill_all(proc: subprocess.Popen[str], children: set[int]) -> None:
+    """SIGKILL a demo that did not stop and every process it started: they run in sessions of
+    their own, so killing the demo alone left a busy worker behind that slowed every later
+    test of the run (seen after a CI failure of the Ctrl-C test)."""
+    for pid in alive(children | descendants(proc.pid)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).kill()
+    proc.kill()
+
+
 def alive(pids: set[int]) -> set[int]:
     out = set()
     for pid in pids:
@@ -94,7 +105,7 @@ def test_demo_once_runs_a_load_and_prints_the_address(broker: str) -> None:
         children |= descendants(proc.pid)
         time.sleep(0.5)
     if proc.poll() is None:
-        proc.kill()
+        kill_all(proc, children)
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stdout + stderr[-3000:]
     assert re.search(r"dashboard: http://127\.0\.0\.1:\d+/", stdout)
@@ -122,7 +133,7 @@ def test_ctrl_c_stops_everything_the_demo_started(broker: str) -> None:
         stdout, stderr = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            kill_all(proc, children)
     assert proc.returncode == 0, stderr[-3000:]
     assert "interrupted: stopping everything the demo started" in stderr
     time.sleep(0.5)

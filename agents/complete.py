@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agents import state
 from app import observability
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import ResultRecord
 from app.streaming import check_fields, dead_letter, decode_object, event_context
-from app.tables import backlog, completed, inflight, inflight_charge, input_offsets
+from app.tables import completed, inflight, input_offsets
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
@@ -61,7 +62,7 @@ async def complete_one(event: Any) -> None:
         observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
         if inflight.get(outcome.id):
             # the result was published but a crash lost the in-flight clean-up: do it now
-            close_inflight(outcome, inflight[outcome.id], event.message.partition)
+            close_inflight(outcome, inflight[outcome.id])
         return
     entry = inflight.get(outcome.id)
     if entry:
@@ -71,13 +72,10 @@ async def complete_one(event: Any) -> None:
     observability.inc("switchyard_results_total", device_class=outcome.device_class,
                       status=outcome.status)
     if entry:
-        close_inflight(outcome, entry, event.message.partition)
+        close_inflight(outcome, entry)
 
 
-def close_inflight(outcome: ResultRecord, entry: dict[str, Any], partition: int) -> None:
+def close_inflight(outcome: ResultRecord, entry: dict[str, Any]) -> None:
     """Forget a finished workload: its in-flight entry and its share of the backlog."""
     del inflight[outcome.id]
-    key = f"{entry['device_class']}#{entry.get('partition', partition)}"
-    held = backlog.get(key) or {"ms": 0.0, "count": 0}
-    backlog[key] = {"ms": max(0.0, float(held["ms"]) - inflight_charge(entry)),
-                    "count": max(0, int(held["count"]) - 1)}
+    state.backlog.remove_entry(entry)

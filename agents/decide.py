@@ -1,8 +1,14 @@
 """decide: workloads → one routing decision each, on switchyard.routes.<device class>.
 
-Every workload is decided once: a workload id already in flight or completed is a duplicate
-delivery and is dropped (counted). Decisions use the cost models of every class (a global
-table), the live devices (registry) and the backlog of routed, unfinished work.
+Every workload is decided once: a workload id already completed, or in flight from another
+record, is a duplicate submission and is dropped (counted); the *same* record delivered again
+after a crash is routed again (its first route may not have reached the broker). Decisions use
+the cost models of every class (a global table), the live devices (registry) and the backlog of
+routed, unfinished work (agents/state.py, in memory).
+
+Routes are handed to the producer and not awaited: Faust flushes the producer before it commits
+the workload offsets (at-least-once), and a route that failed for good crashes the worker, so
+no offset is committed past a route the broker does not hold.
 """
 
 from __future__ import annotations
@@ -16,22 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from agents import state
 from app import observability
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
-from app.tables import (
-    backlog,
-    completed,
-    decisions,
-    devices,
-    history,
-    inflight,
-    inflight_charge,
-    input_offsets,
-    models,
-)
+from app.tables import completed, devices, history, inflight, input_offsets, models
 from models.costmodel import CostModel
 from models.history import HistoryModel
 from models.ops import SpecError
@@ -48,7 +45,6 @@ LIMITS = WorkloadLimits(
     max_message_bytes=settings.max_message_bytes,
     max_depth=settings.max_json_depth,
 )
-DECISION_RING = 200  # recent decisions kept per partition for /api/decisions
 
 
 def _policy_options() -> dict[str, Any]:
@@ -68,7 +64,8 @@ rng = np.random.default_rng(settings.seed)
 _model_cache: dict[str, tuple[int, CostModel]] = {}
 _history_cache: list[Any] = []
 _declared_classes: set[str] = set()
-_ring_cursor: dict[int, int] = {}
+# Route deliveries not yet acknowledged (checked at each batch: a failed one stops the worker).
+_unacked: list[Any] = []
 # Live classes and learned models as last read, refreshed at most every VIEW_REFRESH_S: a
 # tenth of the heartbeat period, far below the device timeout, so staleness is harmless.
 VIEW_REFRESH_S = 0.1
@@ -112,46 +109,18 @@ def class_backlog_ms(device_class: str) -> float:
     (fetch, publish, commit: several ms against sub-ms executions of small ops); counting it
     keeps the wait honest when a fast class is handed many small ops.
     """
-    total = 0.0
-    for partition in range(settings.workload_partitions):
-        entry = backlog.get(f"{device_class}#{partition}")
-        if entry:
-            total += float(entry.get("ms", 0.0))
-            total += int(entry.get("count", 0)) * settings.dispatch_overhead_ms
-    return max(total, 0.0)
-
-
-def add_backlog(device_class: str, partition: int, ms: float, count: int) -> None:
-    """Add (or with negative numbers, remove) work from a class's backlog."""
-    key = f"{device_class}#{partition}"
-    entry = backlog.get(key) or {"ms": 0.0, "count": 0}
-    backlog[key] = {"ms": max(0.0, float(entry["ms"]) + ms),
-                    "count": max(0, int(entry["count"]) + count)}
-
-
-def record_decision(partition: int, entry: dict[str, Any]) -> str:
-    """Put a decision in the partition's ring of recent decisions; return its slot key.
-
-    The ring's cursor is kept in memory rather than in the table (one write less per
-    workload): after a restart it starts again at slot 0, overwriting the oldest entries only
-    approximately, which is all a view of recent decisions needs. The measured time is joined
-    from the results when the ring is read (app/web.py).
-    """
-    cursor = _ring_cursor.get(partition, 0)
-    _ring_cursor[partition] = (cursor + 1) % DECISION_RING
-    slot = f"{partition}:{cursor:03d}"
-    decisions[slot] = entry
-    return slot
+    return state.backlog.ms(device_class, settings.dispatch_overhead_ms)
 
 
 @dataclass
 class Routed:
-    """A decision whose route was handed to the producer; remembered once the broker acks."""
+    """A decision whose route was handed to the producer."""
 
     workload: Workload
     decision: Decision
     record: RouteRecord
     partition: int
+    offset: int | None
     delivery: Any
 
 
@@ -196,7 +165,7 @@ def with_setup(workload: Workload, signature: str, candidates: list[Candidate],
             for c in candidates]
 
 
-async def send_route(workload: Workload, partition: int, attempt: int,
+async def send_route(workload: Workload, partition: int, offset: int | None, attempt: int,
                      snapshot: Snapshot) -> Routed | None:
     """Decide where ``workload`` runs and hand its route to the producer (without waiting for
     the ack); None when no live class can run it."""
@@ -237,19 +206,21 @@ async def send_route(workload: Workload, partition: int, attempt: int,
         snapshot.backlog_ms.get(decision.device_class, 0.0) + record.predicted_ms
         + decision.setup_ms + settings.dispatch_overhead_ms)
     delivery = await topic.send(key=workload.id, value=record.dumps())
-    return Routed(workload, decision, record, partition, delivery)
+    return Routed(workload, decision, record, partition, offset, delivery)
 
 
-def remember(routed: Routed) -> None:
-    """Record a sent route: recent decisions, and (unless already answered) in flight.
+def remember(routed: Routed, previous: dict[str, Any] | None) -> None:
+    """Record a sent route: in flight (replacing ``previous``, the entry of an earlier route of
+    the same workload), the class's backlog charge, and the ring of recent decisions.
 
-    Runs only after the broker acked the route: were the in-flight entry to reach its changelog
-    and the route be lost in a crash, the workload would be taken for a duplicate after the
-    restart and never run. The other order risks only a second route, whose result the
-    complete stage suppresses.
+    Written as the route is handed to the producer, not after its ack. If a crash loses the
+    route but not this entry, the workload's record is delivered again (its offset was never
+    committed) and the entry's ``offset`` tells that redelivery from a duplicate submission:
+    it is routed again. If the entry is lost but the route is not, the workload runs twice and
+    the complete stage publishes only the first result.
     """
     workload, record = routed.workload, routed.record
-    slot = record_decision(routed.partition, {
+    state.record_decision(routed.partition, {
         "id": workload.id, "device_class": record.device_class,
         "variant": record.variant, "predicted_ms": record.predicted_ms,
         "predicted_std_ms": record.predicted_std_ms, "reason": record.reason,
@@ -258,29 +229,42 @@ def remember(routed: Routed) -> None:
     })
     observability.inc("switchyard_decisions_total", device_class=record.device_class,
                       policy=policy.name, reason=record.reason)
-    # While the acks were awaited the event loop ran the complete stage: a fast device may
-    # already have answered. Then there is nothing left in flight to remember.
-    if workload.id.encode() in completed:
-        return
-    # What the class's backlog is charged: the execution, plus the setup of a cold shape.
-    charge = record.predicted_ms + routed.decision.setup_ms
-    inflight[workload.id] = {
+    entry = {
         "device_class": record.device_class, "variant": record.variant,
-        "predicted_ms": record.predicted_ms, "charged_ms": charge,
+        "predicted_ms": record.predicted_ms,
+        # What the class's backlog is charged: the execution, plus the setup of a cold shape.
+        "charged_ms": record.predicted_ms + routed.decision.setup_ms,
         "decided_at_ms": record.decided_at_ms,
-        "attempt": record.attempt, "partition": routed.partition, "slot": slot,
+        "attempt": record.attempt, "partition": routed.partition, "offset": routed.offset,
         "workload": dict(workload.raw),
     }
-    add_backlog(record.device_class, routed.partition, charge, 1)
+    inflight[workload.id] = entry
+    if previous:
+        state.backlog.remove_entry(previous)
+    state.backlog.add_entry(entry)
 
 
-async def route(workload: Workload, partition: int, attempt: int = 1) -> Decision | None:
+def check_deliveries() -> None:
+    """Raise the error of a route the producer gave up on (the worker then stops, and the
+    workload offsets past it stay uncommitted); forget the acknowledged ones."""
+    pending = []
+    for delivery in _unacked:
+        if not delivery.done():
+            pending.append(delivery)
+        elif not delivery.cancelled() and delivery.exception() is not None:
+            raise RuntimeError(f"a route could not be published: {delivery.exception()!r}")
+    _unacked[:] = pending
+
+
+async def route(workload: Workload, partition: int, attempt: int,
+                previous: dict[str, Any] | None) -> Decision | None:
     """Decide, send, await the ack and remember one workload (the re-route path)."""
-    routed = await send_route(workload, partition, attempt, Snapshot.now())
+    routed = await send_route(workload, partition, previous.get("offset") if previous else None,
+                              attempt, Snapshot.now())
     if routed is None:
         return None
+    remember(routed, previous)
     await routed.delivery
-    remember(routed)
     return routed.decision
 
 
@@ -302,20 +286,34 @@ def devices_values() -> list[dict[str, Any]]:
 
 @app.agent(topics.workloads, concurrency=1)
 async def decide(stream: Any) -> None:
-    """One decision per workload, in batches: the routes of a batch are sent together and their
-    acks awaited together. Bad input is dead-lettered and the stream goes on. Workloads the
-    consumer skipped are read back and decided with the batch that revealed them
-    (app/gaps.py)."""
+    """One decision per workload, in batches. Bad input is dead-lettered and the stream goes
+    on. Workloads the consumer skipped are read back and decided with the batch that revealed
+    them (app/gaps.py). A route the producer gave up on stops the worker (``app.crash``): its
+    workload's offset must not be committed."""
     async for batch in stream.take_events(settings.decide_batch_size,
                                           within=settings.decide_batch_within_s):
+        try:
+            check_deliveries()
+        except RuntimeError as exc:
+            logger.critical("%s; stopping the worker", exc)
+            await app.crash(exc)
+            return
         events = await guard.fill(batch)
         await decide_batch(events)
         guard.record(events)
 
 
+def redelivered(entry: dict[str, Any], event: Any) -> bool:
+    """Whether an in-flight entry was written for this very workload record (delivered again
+    after a crash) rather than for an earlier submission of the same id."""
+    return (entry.get("offset") is not None and int(entry["offset"]) == event.message.offset
+            and int(entry.get("partition", -1)) == event.message.partition)
+
+
 async def decide_batch(batch: list[Any]) -> None:
-    """Decide, route and remember one batch of workload events."""
-    accepted: list[tuple[Any, Workload]] = []
+    """Decide and route one batch of workload events; their routes are handed to the producer
+    together and not awaited (see the module's docstring)."""
+    accepted: list[tuple[Any, Workload, dict[str, Any] | None]] = []
     seen: set[str] = set()
     for event in batch:
         try:
@@ -326,28 +324,29 @@ async def decide_batch(batch: list[Any]) -> None:
         except SpecError as exc:
             await dead_letter("decide", event, str(exc))
             continue
+        previous = None if workload.id in seen else inflight.get(workload.id)
         if (workload.id in seen or workload.id.encode() in completed
-                or inflight.get(workload.id)):
+                or (previous and not redelivered(previous, event))):
             observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
             continue
+        if previous:
+            observability.inc("switchyard_routes_resent_total", stage="decide")
         seen.add(workload.id)
-        accepted.append((event, workload))
+        accepted.append((event, workload, previous))
     if not accepted:
         return
     await wait_for_devices()
     snapshot = Snapshot.now()
-    sent: list[tuple[Any, Routed]] = []
-    for event, workload in accepted:
-        routed = await send_route(workload, event.message.partition, 1, snapshot)
+    for event, workload, previous in accepted:
+        routed = await send_route(workload, event.message.partition, event.message.offset, 1,
+                                  snapshot)
         if routed is None:
             await dead_letter("decide", event, "no live device class can run this workload "
                               f"({workload.op.kind} in {', '.join(workload.precisions)})")
             continue
-        sent.append((event, routed))
-    await asyncio.gather(*(routed.delivery for _, routed in sent))
-    for event, routed in sent:
         with event_context(event):
-            remember(routed)
+            remember(routed, previous)
+        _unacked.append(routed.delivery)
 
 
 @app.agent(topics.reroutes, concurrency=1)
@@ -369,10 +368,8 @@ async def reroute(stream: Any) -> None:
             await dead_letter("reroute", event, f"stored workload no longer valid: {exc}")
             continue
         with event_context(event):
-            decision = await route(workload, int(entry.get("partition", 0)), attempt + 1)
-            if decision is not None:
-                add_backlog(entry["device_class"], int(entry.get("partition", 0)),
-                            -inflight_charge(entry), -1)
+            decision = await route(workload, int(entry.get("partition", 0)), attempt + 1,
+                                   entry)
         if decision is not None:
             observability.inc("switchyard_reroutes_total", from_class=entry["device_class"],
                               to_class=decision.device_class)

@@ -7,11 +7,12 @@ import logging
 import time
 from typing import Any
 
+from agents import state
 from app import observability
 from app.main import app, settings, topics
 from app.records import HeartbeatRecord
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
-from app.tables import backlog, devices, inflight
+from app.tables import devices, inflight
 from app.topics import is_device_class
 from models.registry import live_classes
 
@@ -63,13 +64,8 @@ def live_view() -> dict:
 
 
 def stranded_classes(live: dict) -> set[str]:
-    """Classes with routed, unfinished work (per the backlog table) and no live device."""
-    stranded = set()
-    for key, entry in backlog.items():
-        device_class = str(key).rpartition("#")[0]
-        if entry and int(entry.get("count", 0)) > 0 and device_class not in live:
-            stranded.add(device_class)
-    return stranded
+    """Classes with routed, unfinished work (this worker's backlog) and no live device."""
+    return {c for c in state.backlog.busy_classes() if c not in live}
 
 
 _last_reroute_sent: dict[str, float] = {}

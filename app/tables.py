@@ -4,8 +4,6 @@
 |---|---|---|---|---|
 | completed | workload id (bytes) | its one result (changelog = switchyard.results) | complete | by workload id |
 | inflight | workload id | routed, unfinished work | decide, complete | by workload id |
-| backlog | "<class>#<partition>" | predicted ms and count routed, unfinished | decide, complete | by workload id |
-| decisions | "<partition>:<slot>" | a ring of recent decisions (the measured time is joined from the results when read, app/web.py) | decide | by workload id |
 | input_offsets | "<topic>#<partition>" | the next workload/outcome offset the stage expects (app/gaps.py) | decide, complete | by workload id |
 | devices (global) | device id | last heartbeat and when it was seen | registry | by device class |
 | class_models | device class | the class's cost model: learn's own state | learn | by device class |
@@ -13,6 +11,9 @@
 | models (global) | device class | a copy of class_models that every decider reads | learn | by device class |
 | history (global) | device class | a copy of class_history | learn | by device class |
 | tumbling, hopping | "<class>|<op kind>" | window statistics | window | by device class |
+
+The backlog per class and the ring of recent decisions are derived from these and kept in
+memory (agents/state.py).
 
 Global tables are read by every worker, so any decider sees every class's model and devices.
 The learn stage reads and updates its *partitioned* tables and publishes a copy to the global
@@ -69,16 +70,6 @@ completed = app.Table(
 
 inflight = app.Table("inflight", **store(), key_type=str, default=None,
                      partitions=settings.workload_partitions)
-def inflight_charge(entry: dict[str, Any]) -> float:
-    """The backlog ms an in-flight entry was charged when routed (execution plus the setup of
-    a cold shape); entries written before setup costs carry only the prediction."""
-    return float(entry.get("charged_ms", entry.get("predicted_ms", 0.0)))
-
-
-backlog = app.Table("backlog", **store(), key_type=str, default=None,
-                    partitions=settings.workload_partitions)
-decisions = app.Table("decisions", **store(), key_type=str, default=None,
-                      partitions=settings.workload_partitions)
 input_offsets = app.Table("input_offsets", **store(), key_type=str, default=None,
                           partitions=settings.workload_partitions)
 

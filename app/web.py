@@ -7,7 +7,7 @@
 | ``/api/devices`` | ``devices`` (global table: every worker has every row) | no |
 | ``/api/models`` | ``models`` (global) | no |
 | ``/api/windows`` | ``window_tumbling``, ``window_hopping`` | by device class |
-| ``/api/decisions`` | ``decisions`` (rings of recent decisions) | by workload id |
+| ``/api/decisions`` | recent decisions (in memory, agents/state.py) | by workload id |
 | ``/api/dashboard`` | all of the above, shaped for the charts | |
 | ``/metrics`` | process counters plus gauges read from the tables at scrape time | |
 
@@ -28,10 +28,11 @@ from typing import Any
 import aiohttp
 from faust import web
 
+from agents import state
 from app import observability, webviews
 from app.main import app, settings
 from app.streaming import now_ms
-from app.tables import backlog, completed, decisions, devices, hopping, inflight, models, tumbling
+from app.tables import completed, devices, hopping, inflight, models, tumbling
 
 logger = logging.getLogger(__name__)
 blueprint = web.Blueprint("switchyard")
@@ -111,7 +112,7 @@ def decisions_view(limit: int = DECISION_LIMIT) -> list[dict[str, Any]]:
     The measured side is joined here, from the results (the completed table), rather than
     written back into the ring at completion: one table write less per workload.
     """
-    recent = webviews.recent_decisions(decisions.items(), limit)
+    recent = webviews.recent_decisions(state.recent_decisions(), limit)
     for decision in recent:
         if decision.get("measured_ms") is None and decision.get("id"):
             result = completed.get(str(decision["id"]).encode())
@@ -198,7 +199,7 @@ def refresh_table_gauges() -> None:
             samples[label] = float(summary["samples"])
     observability.replace_gauge("switchyard_model_error_ratio", errors)
     observability.replace_gauge("switchyard_model_samples", samples)
-    queued = webviews.backlog_by_class(backlog.items())
+    queued = state.backlog.by_class()
     seconds: dict[observability.Labels, float] = {}
     counts: dict[observability.Labels, float] = {}
     for device_class, held in queued.items():
@@ -262,9 +263,9 @@ class Decisions(web.View):
         limit = _limit(request)
         rows, unreachable = decisions_view(limit), list[str]()
         if not _local_only(request):
-            rows, unreachable = await gather(decisions.name, f"/api/decisions?limit={limit}",
+            rows, unreachable = await gather(inflight.name, f"/api/decisions?limit={limit}",
                                              "decisions", rows)
-            rows = webviews.recent_decisions(((str(i), d) for i, d in enumerate(rows)), limit)
+            rows = webviews.recent_decisions(rows, limit)
         return self.json({"decisions": rows, "unreachable": unreachable})
 
 
@@ -278,14 +279,14 @@ class DashboardData(web.View):
         recent = decisions_view(5000)
         if _local_only(request):  # this worker's part, for the worker gathering the parts
             return self.json({"parts": [{"window_series": series, "decisions": recent}]})
-        parts, unreachable = await gather(decisions.name, "/api/dashboard", "parts",
+        parts, unreachable = await gather(inflight.name, "/api/dashboard", "parts",
                                           [{"window_series": series, "decisions": recent}])
         merged_series: dict[str, Any] = {}
         merged_decisions: list[dict[str, Any]] = []
         for part in parts:
             merged_series.update(part.get("window_series") or {})
             merged_decisions.extend(part.get("decisions") or [])
-        queued = webviews.backlog_by_class(backlog.items())
+        queued = state.backlog.by_class()
         # The oldest unfinished work first: what an operator looks at when something is stuck.
         unfinished = sorted(({"id": k, "device_class": v.get("device_class"),
                               "decided_at_ms": v.get("decided_at_ms"),

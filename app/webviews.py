@@ -181,9 +181,10 @@ def class_window_series(items: Iterable[tuple[Any, Any]], window_s: float) -> di
 
 
 # --- decisions --------------------------------------------------------------------------------
-def recent_decisions(items: Iterable[tuple[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """The ``limit`` newest decisions of the decision rings (cursor entries skipped)."""
-    recent = [v for k, v in items if v and not str(k).endswith(":cursor")]
+def recent_decisions(decisions: Iterable[Mapping[str, Any] | None],
+                     limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` newest of the given decisions, newest first."""
+    recent = [dict(d) for d in decisions if d]
     recent.sort(key=lambda d: d.get("decided_at_ms", 0), reverse=True)
     return recent[:limit]
 
@@ -260,17 +261,3 @@ def decision_error_by_class(decisions: Iterable[Mapping[str, Any]]) -> dict[str,
     return out
 
 
-# --- backlog ----------------------------------------------------------------------------------
-def backlog_by_class(items: Iterable[tuple[str, Any]]) -> dict[str, dict[str, float]]:
-    """Routed, unfinished work per class (``ms`` predicted, ``count``) from the backlog table,
-    whose keys are ``<class>#<partition>``."""
-    out: dict[str, dict[str, float]] = defaultdict(lambda: {"ms": 0.0, "count": 0})
-    for key, value in items:
-        if not value:
-            continue
-        device_class, sep, _ = str(key).rpartition("#")
-        if not sep:
-            continue
-        out[device_class]["ms"] += max(0.0, finite(value.get("ms")) or 0.0)
-        out[device_class]["count"] += max(0, int(value.get("count") or 0))
-    return dict(out)

@@ -32,7 +32,7 @@ from tests.reliability.watch import Load, Record, RssSampler, TopicWatcher, memo
 
 pytestmark = pytest.mark.kafka
 BUCKET_S = 5.0
-TABLES = ("inflight", "backlog", "decisions", "window_tumbling", "window_hopping")
+TABLES = ("inflight", "window_tumbling", "window_hopping")
 
 
 def live_keys_over_time(records: list[Record], times: list[float]) -> list[int]:

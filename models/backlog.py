@@ -1,0 +1,79 @@
+"""Routed, unfinished work per device class: derived state, kept in memory.
+
+The source of truth is the in-flight table (one entry per routed, unfinished workload, with the
+milliseconds its class was charged). The backlog is the sum of those charges per class; it is
+kept as a running total while the worker decides and completes, and rebuilt from the in-flight
+entries whenever the worker's partitions change (agents/state.py). Writing it to a table of its
+own cost two changelog records per workload and most of the replay after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def charge_of(entry: Mapping[str, Any]) -> float:
+    """The backlog ms an in-flight entry was charged when routed (execution plus the setup of
+    a cold shape); entries written before setup costs carry only the prediction."""
+    return float(entry.get("charged_ms", entry.get("predicted_ms", 0.0)) or 0.0)
+
+
+@dataclass
+class Held:
+    """One class's routed, unfinished work: predicted ms and number of workloads."""
+
+    ms: float = 0.0
+    count: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"ms": self.ms, "count": self.count}
+
+
+class Backlog:
+    """Per-class running totals of in-flight charges.
+
+    A class once seen keeps its (possibly zero) entry until the next rebuild, so views list
+    every class this worker has routed to.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, Held] = {}
+
+    def add(self, device_class: str, ms: float, count: int = 1) -> None:
+        """Charge (or, with negative numbers, release) work to a class; never below zero."""
+        held = self._held.setdefault(device_class, Held())
+        held.ms = max(0.0, held.ms + ms)
+        held.count = max(0, held.count + count)
+
+    def add_entry(self, entry: Mapping[str, Any]) -> None:
+        """Charge the work of one in-flight entry."""
+        self.add(str(entry["device_class"]), charge_of(entry), 1)
+
+    def remove_entry(self, entry: Mapping[str, Any]) -> None:
+        """Release the work of one in-flight entry (it finished, or was routed elsewhere)."""
+        self.add(str(entry["device_class"]), -charge_of(entry), -1)
+
+    def rebuild(self, entries: Iterable[Mapping[str, Any] | None]) -> None:
+        """Start again from the given in-flight entries (the worker's partitions changed)."""
+        self._held = {}
+        for entry in entries:
+            if entry and entry.get("device_class"):
+                self.add_entry(entry)
+
+    def ms(self, device_class: str, per_workload_ms: float = 0.0) -> float:
+        """Predicted ms of a class's unfinished work, plus ``per_workload_ms`` for each
+        workload (the executor's dispatch overhead outside the measured execution)."""
+        held = self._held.get(device_class)
+        if held is None:
+            return 0.0
+        return held.ms + held.count * per_workload_ms
+
+    def by_class(self) -> dict[str, dict[str, float]]:
+        """``{class: {"ms": predicted ms, "count": workloads}}`` for every class seen."""
+        return {c: h.as_dict() for c, h in self._held.items()}
+
+    def busy_classes(self) -> set[str]:
+        """Classes holding at least one unfinished workload."""
+        return {c for c, h in self._held.items() if h.count > 0}

@@ -3,8 +3,15 @@
 Plain aiokafka rather than Faust: the executor has no tables, and it must commit an offset
 only after the workload's outcome and metric are acknowledged (at-least-once; the worker
 deduplicates outcomes by workload id). Compute runs in one worker thread, never on the event
-loop, so consumer heartbeats keep flowing while a long op runs. SIGTERM/SIGINT finish the op
-in hand, publish its records, commit, send a last ``stopping`` heartbeat and leave the group.
+loop, so consumer heartbeats keep flowing while a long op runs.
+
+Routes are fetched in batches of up to ``executor_fetch_records`` and run one after another;
+each one's outcome and metric are handed to the producer without waiting, so the next op starts
+while they travel. The batch's offsets are committed once every record published for it is
+acknowledged (at the end of the batch, or sooner when a batch of slow ops has run for
+``COMMIT_EVERY_S``). SIGTERM/SIGINT finish the op in hand, publish its records, commit up to
+it — the fetched routes not yet run stay uncommitted, for another instance — send a last
+``stopping`` heartbeat and leave the group.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ logger = logging.getLogger(__name__)
 STOP_RETRY_S = 30.0
 # Room for the record around an inline output as large as the inline limit allows.
 ENVELOPE_BYTES = 64 * 1024
+# Within a long batch, commit what is acknowledged at least this often (bounds redone work).
+COMMIT_EVERY_S = 1.0
 
 
 def limits_from(settings: Settings) -> WorkloadLimits:
@@ -177,9 +186,11 @@ class Executor:
         return 0
 
     async def _consume(self, producer: RenewingProducer, consumer: AIOKafkaConsumer) -> None:
+        loop = asyncio.get_running_loop()
         while not self.stopping.is_set():
             stop = asyncio.ensure_future(self.stopping.wait())
-            fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=500, max_records=1))
+            fetch = asyncio.ensure_future(consumer.getmany(
+                timeout_ms=500, max_records=self.settings.executor_fetch_records))
             await asyncio.wait({stop, fetch}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
             if not fetch.done():
@@ -191,11 +202,32 @@ class Executor:
                 logger.warning("fetching routes failed (%s); retrying", exc)
                 await asyncio.sleep(1.0)
                 continue
-            for tp, messages in fetched.items():
-                for message in messages:
-                    # Once fetched, a record is finished even if SIGTERM arrives meanwhile.
-                    await self._handle(producer, message)
-                    await self._commit(consumer, tp, message.offset + 1)
+            batch = [(tp, message) for tp, messages in fetched.items() for message in messages]
+            published: list[asyncio.Task[None]] = []
+            done: dict[TopicPartition, int] = {}
+            last_commit = loop.time()
+            for i, (tp, message) in enumerate(batch):
+                # The fetched routes not yet run count as queued in the heartbeat (the
+                # consumer's position is already past them).
+                self.in_hand = len(batch) - i
+                published.extend(await self._handle(producer, message))
+                done[tp] = message.offset + 1
+                if self.stopping.is_set():
+                    break  # the rest stays uncommitted: another instance runs it
+                if loop.time() - last_commit > COMMIT_EVERY_S:
+                    await self._commit_published(consumer, published, done)
+                    published, done, last_commit = [], {}, loop.time()
+            self.in_hand = 0
+            await self._commit_published(consumer, published, done)
+
+    async def _commit_published(self, consumer: AIOKafkaConsumer,
+                                published: list[asyncio.Task[None]],
+                                offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` once every record published for them is acknowledged."""
+        if published:
+            await asyncio.gather(*published)
+        for tp, offset in offsets.items():
+            await self._commit(consumer, tp, offset)
 
     async def _commit(self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> None:
         try:
@@ -207,43 +239,43 @@ class Executor:
                 "commit of %s@%d failed (%s); the record will be redone", tp, offset, exc
             )
 
-    async def _handle(self, producer: RenewingProducer, message: Any) -> None:
+    async def _handle(self, producer: RenewingProducer, message: Any) -> list[asyncio.Task[None]]:
+        """Run one route; return the tasks publishing what it produced (not awaited here)."""
         try:
             route = decode_json_bounded(
                 message.value or b"", self.limits.max_message_bytes, self.limits.max_depth
             )
             route_id(route)
         except SpecError as exc:
-            await self._dead_letter(producer, message, str(exc))
-            return
+            return [asyncio.create_task(self._dead_letter(producer, message, str(exc)))]
         assert isinstance(route, dict)
-        self.in_hand = 1
-        try:
-            slowdown = read_slowdown(self.slowdown_file)
-            loop = asyncio.get_running_loop()
-            result: WorkResult = await loop.run_in_executor(
-                self.compute,
-                lambda: perform(
-                    route,
-                    self.runtime,
-                    device_id=self.device_id,
-                    limits=self.limits,
-                    slowdown=slowdown,
-                ),
-            )
-            await self._publish(producer, result)
-            self.processed += 1
-        finally:
-            self.in_hand = 0
+        slowdown = read_slowdown(self.slowdown_file)
+        loop = asyncio.get_running_loop()
+        result: WorkResult = await loop.run_in_executor(
+            self.compute,
+            lambda: perform(
+                route,
+                self.runtime,
+                device_id=self.device_id,
+                limits=self.limits,
+                slowdown=slowdown,
+            ),
+        )
+        self.processed += 1
+        return await self._publish(producer, result)
 
-    async def _publish(self, producer: RenewingProducer, result: WorkResult) -> None:
+    async def _publish(self, producer: RenewingProducer,
+                       result: WorkResult) -> list[asyncio.Task[None]]:
+        """Hand a result's metric and outcome to the producer; the tasks await their acks."""
         metric = MetricRecord.from_data(result.metric)
         outcome = ResultRecord.from_data(result.outcome)
         partition = await self._class_partition(producer, topics.METRICS)
-        await asyncio.gather(
-            self._send(producer, topics.METRICS, self.device_id, metric.dumps(), partition),
-            self._send(producer, topics.OUTCOMES, outcome.id, outcome.dumps()),
-        )
+        return [
+            asyncio.create_task(self._send(producer, topics.METRICS, self.device_id,
+                                           metric.dumps(), partition)),
+            asyncio.create_task(self._send(producer, topics.OUTCOMES, outcome.id,
+                                           outcome.dumps())),
+        ]
 
     async def _dead_letter(self, producer: RenewingProducer, message: Any, reason: str) -> None:
         logger.warning(

@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     # before a batch expires). aiokafka's default; its producer is idempotent, so a retry of a
     # request the broker did append is dropped by the broker, never appended twice.
     executor_request_timeout_s: float = Field(default=40.0, gt=0)
+    # Routes an executor fetches at once. They run one after another (the device runs one op at
+    # a time); their outcomes travel while the next op runs, and one commit covers the batch.
+    executor_fetch_records: int = Field(default=64, ge=1)
 
     # --- Windows -------------------------------------------------------------------------------
     tumbling_window_s: float = Field(default=10.0, gt=0)

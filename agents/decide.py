@@ -140,18 +140,25 @@ class Snapshot:
 
     @classmethod
     def now(cls) -> Snapshot:
-        now = time.monotonic()
-        if now - _views["read_at"] > VIEW_REFRESH_S:
-            # Devices and models change at heartbeat and learning pace: reading (and decoding)
-            # them for every small batch cost more than the decisions themselves.
-            classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
-            stored = {c: models.get(c) for c in classes}
-            learned = {c: m for c in classes if (m := cost_model(c, stored[c])) is not None}
-            setup = {c: (stored[c] or {}).get("setup") for c in classes}
-            _views.update(read_at=now, classes=classes, learned=learned, setup=setup)
+        refresh_views()
         classes, learned = _views["classes"], _views["learned"]
         return cls(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
                    learned=dict(learned), setup=_views["setup"])
+
+
+def refresh_views(force: bool = False) -> dict[str, Any]:
+    """The live classes (and their learned models), read again from the global tables when
+    the last read is older than VIEW_REFRESH_S: devices and models change at heartbeat and
+    learning pace, and reading (and decoding) them for every small batch cost more than the
+    decisions themselves."""
+    now = time.monotonic()
+    if force or now - _views["read_at"] > VIEW_REFRESH_S:
+        classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
+        stored = {c: models.get(c) for c in classes}
+        learned = {c: m for c in classes if (m := cost_model(c, stored[c])) is not None}
+        setup = {c: (stored[c] or {}).get("setup") for c in classes}
+        _views.update(read_at=now, classes=classes, learned=learned, setup=setup)
+    return _views["classes"]
 
 
 def with_setup(workload: Workload, signature: str, candidates: list[Candidate],
@@ -272,7 +279,7 @@ async def wait_for_devices() -> None:
     """Hold the stream while no device is live at all: the work waits rather than being
     rejected (at start-up the registry may not have read a heartbeat yet)."""
     waited = 0.0
-    while not live_classes(devices_values(), now_ms(), settings.device_timeout_s):
+    while not refresh_views(force=waited > 0):
         if waited % 30 == 0:
             logger.warning("no live device; holding the workload stream until one appears")
         await asyncio.sleep(0.5)

@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from app import observability
-from app.main import app, settings, topics
+from app.main import settings
 from app.records import MetricRecord
 from app.streaming import check_fields, dead_letter, decode_object, event_context
 from app.tables import class_history, class_models, history, models
@@ -51,64 +51,59 @@ def metric_row(metric: MetricRecord) -> Row:
     return op, variant, float(metric.exec_ms), energy
 
 
-async def parsed_batch(stage: str, batch: list[Any], report: bool = True,
-                       ) -> list[tuple[Any, MetricRecord]]:
-    """The batch's well-formed metrics with their events; the rest are dead-lettered once
-    (by the stage that ``report``s, so a bad metric is not rejected twice)."""
+async def parsed_batch(stage: str, batch: list[Any]) -> list[tuple[Any, MetricRecord]]:
+    """The batch's well-formed metrics with their events; the rest are dead-lettered."""
     out = []
     for event in batch:
         try:
             out.append((event, parse_metric(event.value)))
         except ValueError as exc:
-            if report:
-                await dead_letter(stage, event, str(exc))
+            await dead_letter(stage, event, str(exc))
     return out
 
 
-@app.agent(topics.metrics, concurrency=1)
-async def learn(stream: Any) -> None:
-    """Fold each batch of successful executions into its class's model and history."""
-    async for batch in stream.take_events(settings.metric_batch_size,
-                                          within=settings.metric_batch_within_s):
-        rows: dict[str, list[Row]] = defaultdict(list)
-        setups: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
-        last_event: dict[str, Any] = {}
-        for event, metric in await parsed_batch("learn", batch):
-            if metric.status != "ok":
-                continue  # a failed run says nothing about how long the op takes
-            try:
-                row = metric_row(metric)
-            except (SpecError, ValueError, TypeError, KeyError) as exc:
-                await dead_letter("learn", event, f"metric op or variant invalid: {exc}")
-                continue
-            rows[metric.device_class].append(row)
-            if isinstance(metric.setup_ms, int | float):
-                setups[metric.device_class].append((row[0].kind, row[1].mode,
-                                                    float(metric.setup_ms)))
-            last_event[metric.device_class] = event
-        for device_class, class_rows in rows.items():
-            # The partitioned tables are this stage's state (recovered before its partition
-            # resumes); the global copies are only a fallback for state written before they
-            # existed.
-            with event_context(last_event[device_class]):  # the class's partition
-                stored = class_models.get(device_class) or models.get(device_class)
-                stored_history = class_history.get(device_class) or history.get(device_class)
-            model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
-            model.learn_many(class_rows)
-            hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
-            hist.observe_many(device_class, class_rows)
-            model_dict, history_dict = model.to_dict(), hist.to_dict()
-            # The one-time setup of new shapes, learned beside the model (models/setup.py).
-            model_dict["setup"] = update_setup((stored or {}).get("setup"),
-                                               setups.get(device_class, ()))
-            with event_context(last_event[device_class]):
-                class_models[device_class] = model_dict
-                class_history[device_class] = history_dict
-                models[device_class] = model_dict  # the copy every decider reads
-                history[device_class] = history_dict
-            observability.inc("switchyard_metrics_learned_total", len(class_rows),
-                              device_class=device_class)
-            error_pct = model.error_summary().get("median_ape")
-            if isinstance(error_pct, int | float):
-                observability.set_gauge("switchyard_model_error_ratio", float(error_pct) / 100.0,
-                                        device_class=device_class)
+async def learn_batch(parsed: list[tuple[Any, MetricRecord]]) -> None:
+    """Fold a batch's successful executions into each class's model and history (called by
+    the metric stage, agents/metrics.py, with the batch's well-formed metrics)."""
+    rows: dict[str, list[Row]] = defaultdict(list)
+    setups: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
+    last_event: dict[str, Any] = {}
+    for event, metric in parsed:
+        if metric.status != "ok":
+            continue  # a failed run says nothing about how long the op takes
+        try:
+            row = metric_row(metric)
+        except (SpecError, ValueError, TypeError, KeyError) as exc:
+            await dead_letter("learn", event, f"metric op or variant invalid: {exc}")
+            continue
+        rows[metric.device_class].append(row)
+        if isinstance(metric.setup_ms, int | float):
+            setups[metric.device_class].append((row[0].kind, row[1].mode,
+                                                float(metric.setup_ms)))
+        last_event[metric.device_class] = event
+    for device_class, class_rows in rows.items():
+        # The partitioned tables are this stage's state (recovered before its partition
+        # resumes); the global copies are only a fallback for state written before they
+        # existed.
+        with event_context(last_event[device_class]):  # the class's partition
+            stored = class_models.get(device_class) or models.get(device_class)
+            stored_history = class_history.get(device_class) or history.get(device_class)
+        model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
+        model.learn_many(class_rows)
+        hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
+        hist.observe_many(device_class, class_rows)
+        model_dict, history_dict = model.to_dict(), hist.to_dict()
+        # The one-time setup of new shapes, learned beside the model (models/setup.py).
+        model_dict["setup"] = update_setup((stored or {}).get("setup"),
+                                           setups.get(device_class, ()))
+        with event_context(last_event[device_class]):
+            class_models[device_class] = model_dict
+            class_history[device_class] = history_dict
+            models[device_class] = model_dict  # the copy every decider reads
+            history[device_class] = history_dict
+        observability.inc("switchyard_metrics_learned_total", len(class_rows),
+                          device_class=device_class)
+        error_pct = model.error_summary().get("median_ape")
+        if isinstance(error_pct, int | float):
+            observability.set_gauge("switchyard_model_error_ratio", float(error_pct) / 100.0,
+                                    device_class=device_class)

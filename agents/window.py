@@ -13,8 +13,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from agents.learn import parsed_batch
-from app.main import app, settings, topics
+from app.main import settings
+from app.records import MetricRecord
 from app.streaming import event_context
 from app.tables import hopping, tumbling
 from models.sketch import WindowStats
@@ -64,29 +64,30 @@ def sweep_expired(event: Any) -> int:
     return removed
 
 
-@app.agent(topics.metrics, concurrency=1)
-async def window(stream: Any) -> None:
-    """Aggregate each batch per (class, op kind) and merge it into the current windows."""
-    last_sweep = 0.0
-    async for batch in stream.take_events(settings.metric_batch_size,
-                                          within=settings.metric_batch_within_s):
-        grouped: dict[str, list[Any]] = defaultdict(list)
-        for event, metric in await parsed_batch("window", batch, report=False):
-            kind = metric.op.get("kind") if isinstance(metric.op, dict) else None
-            grouped[f"{metric.device_class}|{kind}"].append((event, metric))
-        for key, members in grouped.items():
-            stats = WindowStats()
-            stats.add_batch(
-                [float(m.exec_ms) for _, m in members],
-                errors=[m.status != "ok" for _, m in members],
-                energies=[m.energy_j for _, m in members],
-            )
-            value = stats.to_dict()
-            with event_context(members[-1][0]):
-                tumbling[key].apply(merge_stats, value)
-                hopping[key].apply(merge_stats, value)
-        if batch and time.monotonic() - last_sweep > SWEEP_EVERY_S:
-            last_sweep = time.monotonic()
-            removed = sweep_expired(batch[-1])
-            if removed:
-                logger.info("swept %d expired windows", removed)
+_last_sweep = [0.0]
+
+
+def window_batch(parsed: list[tuple[Any, MetricRecord]]) -> None:
+    """Aggregate a batch's metrics per (class, op kind) and merge them into the current windows
+    (called by the metric stage, agents/metrics.py); sweep expired windows now and then."""
+    batch = [event for event, _ in parsed]
+    grouped: dict[str, list[Any]] = defaultdict(list)
+    for event, metric in parsed:
+        kind = metric.op.get("kind") if isinstance(metric.op, dict) else None
+        grouped[f"{metric.device_class}|{kind}"].append((event, metric))
+    for key, members in grouped.items():
+        stats = WindowStats()
+        stats.add_batch(
+            [float(m.exec_ms) for _, m in members],
+            errors=[m.status != "ok" for _, m in members],
+            energies=[m.energy_j for _, m in members],
+        )
+        value = stats.to_dict()
+        with event_context(members[-1][0]):
+            tumbling[key].apply(merge_stats, value)
+            hopping[key].apply(merge_stats, value)
+    if batch and time.monotonic() - _last_sweep[0] > SWEEP_EVERY_S:
+        _last_sweep[0] = time.monotonic()
+        removed = sweep_expired(batch[-1])
+        if removed:
+            logger.info("swept %d expired windows", removed)

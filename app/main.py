@@ -121,7 +121,7 @@ app = create_app(settings)
 topics = Topics(app, settings)
 
 
-STAGES = ("agents.registry", "agents.window", "agents.learn", "agents.decide",
+STAGES = ("agents.registry", "agents.metrics", "agents.decide",
           "agents.complete", "app.web")
 
 

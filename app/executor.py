@@ -30,6 +30,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from app import topics
 from app.admin import contract_topics, ensure_topics
+from app.loop import run as run_loop
 from app.producing import RenewingProducer
 from app.records import DeadLetterRecord, HeartbeatRecord, MetricRecord, ResultRecord
 from app.settings import Settings, get_settings
@@ -375,4 +376,4 @@ def run_executor(
     except (RuntimeError, ValueError, SpecError) as exc:
         logger.error("cannot start %s on %s: %s", runtime, device, exc)
         return 2
-    return asyncio.run(Executor(settings, rt, device_id, slowdown_file, threads).run())
+    return run_loop(Executor(settings, rt, device_id, slowdown_file, threads).run())

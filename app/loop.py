@@ -1,0 +1,43 @@
+"""The event loop the processes run on: uvloop where it is installed (it is a dependency).
+
+``SWITCHYARD_EVENT_LOOP=asyncio`` keeps the standard loop. Faust picks its loop from
+``FAUST_LOOP`` when ``faust`` is first imported, so the entry points call
+``choose_event_loop`` before importing ``app.main``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def wanted() -> str:
+    """``uvloop`` or ``asyncio``: what the environment asks for and this host has."""
+    choice = os.environ.get("SWITCHYARD_EVENT_LOOP", "uvloop").strip().lower()
+    if choice not in ("uvloop", "asyncio"):
+        raise ValueError(f"SWITCHYARD_EVENT_LOOP must be uvloop or asyncio, not {choice!r}")
+    if choice == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        return "asyncio"
+    return choice
+
+
+def choose_event_loop() -> str:
+    """Tell Faust which loop to use (unless FAUST_LOOP already says); return the choice."""
+    choice = wanted()
+    if choice == "uvloop":
+        os.environ.setdefault("FAUST_LOOP", "uvloop")
+    return os.environ.get("FAUST_LOOP", "aio")
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on the chosen loop (the executor's entry point)."""
+    if wanted() == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)

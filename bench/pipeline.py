@@ -7,7 +7,9 @@
    aiokafka consumer (``getmany`` + ``json.loads``) reads the same topic: the ceiling.
 2. Decide path: workloads at fixed offered loads on a worker with fast sim executors; decision
    latency = route record timestamp − workload record timestamp (both Kafka CreateTime);
-   Kafka round trip per workload = completion − queue − execution.
+   Kafka round trip per workload = completion − queue − execution. The CPU time each process
+   (worker, executors, broker, this load generator) spent over a load, divided by its
+   workloads, says what one workload costs where.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from bench.harness import BROKER, ExecutorSpec, run_trace, start_cluster, topic
 from models.traces import poisson_gaps, synthetic_trace
 
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench")) / "pipeline"
+CPU_ROLES = ("worker", "executors", "broker", "load generator")
 METRIC_PARTITIONS = 4  # the settings' default metric_partitions
 METRIC_CLASSES = ("sim-h100", "sim-l4", "sim-tpu-v5e", "sim-cpu-core", "torch-cpu-x86",
                   "jax-cpu-x86", "numpy-cpu-x86")
@@ -159,20 +162,54 @@ def slope(samples: list[tuple[float, int]], low: float, high: float) -> float | 
     return (end[1] - start[1]) / (end[0] - start[0])
 
 
+def process_roles(cluster: Any) -> dict[str, list[int]]:
+    """PIDs of the cluster's worker, its executors, the broker and this load generator."""
+    import psutil
+
+    roles: dict[str, list[int]] = {"worker": [], "executors": [], "broker": [],
+                                   "load generator": [os.getpid()]}
+    for proc in cluster.local.procs:
+        roles["worker" if proc.name.startswith("worker") else "executors"].append(proc.popen.pid)
+    for candidate in psutil.process_iter(["cmdline"]):
+        if "kafka.Kafka" in (candidate.info.get("cmdline") or []):
+            roles["broker"].append(candidate.pid)
+    return roles
+
+
+def cpu_seconds(roles: dict[str, list[int]]) -> dict[str, float]:
+    """User + system CPU seconds used so far, summed per role."""
+    import psutil
+
+    out = {}
+    for role, pids in roles.items():
+        total = 0.0
+        for pid in pids:
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        out[role] = total
+    return out
+
+
 def decide_path(rates: list[float], seconds: float) -> dict[str, Any]:
     """Decision latency and Kafka overhead at each offered load, on one worker."""
     fleet = [ExecutorSpec("sim", "h100", 2, threads=None), ExecutorSpec("sim", "l4", 2,
                                                                         threads=None)]
     cluster = start_cluster(WORKDIR, fleet, {"SWITCHYARD_POLICY": "switchyard"})
     out: dict[str, Any] = {"fleet": [s.label() for s in fleet], "loads": {}}
+    roles = process_roles(cluster)
     try:
         warm = synthetic_trace(40, seed=1, id_prefix="warm-")  # route topics exist after this
         run_trace(cluster.namespace, warm, np.cumsum(poisson_gaps(40, 20.0)), 30.0)
         for rate in rates:
             count = max(20, int(rate * seconds))
             trace = synthetic_trace(count, seed=int(rate), id_prefix=f"r{rate:g}-")
+            cpu_before = cpu_seconds(roles)
             run = run_trace(cluster.namespace, trace, np.cumsum(poisson_gaps(count, rate)), 30.0,
                             watch_routes=True)
+            cpu_after = cpu_seconds(roles)
             latency = [run.route_ts[w] - run.workload_ts[w] for w in run.route_ts
                        if w in run.workload_ts]
             routed = sorted(run.route_ts.values())
@@ -188,12 +225,15 @@ def decide_path(rates: list[float], seconds: float) -> dict[str, Any]:
                 "completion_ms": summarize(run.completion_ms(w) for w in run.results),
                 "execution_ms": summarize(float(r["latency_ms"]) for r in ok.values()),
                 "queue_ms": summarize(float(r["queue_ms"]) for r in ok.values()),
-                "kafka_overhead_ms": summarize(overhead)}
+                "kafka_overhead_ms": summarize(overhead),
+                "cpu_ms_per_workload": {role: 1000.0 * (cpu_after[role] - cpu_before[role])
+                                        / count for role in roles}}
             load = out["loads"][f"{rate:g}"]
             print(f"[pipeline] offered {rate:g}/s: decisions {fmt(load['decisions_per_s'])}/s, "
                   f"decision p50 {fmt(load['decision_latency_ms']['p50'])} ms p99 "
                   f"{fmt(load['decision_latency_ms']['p99'])} ms, overhead p50 "
-                  f"{fmt(load['kafka_overhead_ms']['p50'])} ms", flush=True)
+                  f"{fmt(load['kafka_overhead_ms']['p50'])} ms, worker CPU "
+                  f"{fmt(load['cpu_ms_per_workload']['worker'])} ms/workload", flush=True)
     finally:
         cluster.stop()
     return out
@@ -246,18 +286,22 @@ def report(results: dict[str, Any], quick: bool) -> str:
         f"**Decide path.** One worker (policy switchyard), fleet {', '.join(d['fleet'])} "
         "(simulated, microsecond executions), Poisson arrivals at each offered load. Decision "
         "latency = route record timestamp − workload record timestamp (Kafka CreateTime). Kafka "
-        "round trip = completion (produced → result received) − executor queue − execution.")
+        "round trip = completion (produced → result received) − executor queue − execution. "
+        "CPU ms per workload = CPU time (user + system) a process used during the load, over "
+        "the load's workloads; every process shares this machine's 2 cores, so the sum of the "
+        "last four columns is what one workload costs the machine.")
     rows = []
     for load in d["loads"].values():
         dl, ko = load["decision_latency_ms"], load["kafka_overhead_ms"]
         rows.append([f"{load['offered_per_s']:g}", fmt(load["decisions_per_s"]),
                      fmt(dl["p50"]), fmt(dl["p99"]), fmt(ko["p50"]), fmt(ko["p99"]),
                      fmt(load["completion_ms"]["p50"]), fmt(load["execution_ms"]["p50"], ".3f"),
-                     f"{load['results']}/{load['workloads']}"])
+                     f"{load['results']}/{load['workloads']}",
+                     *(fmt(load.get("cpu_ms_per_workload", {}).get(role)) for role in CPU_ROLES)])
     parts.append(markdown_table(
         ["offered /s", "decisions /s", "decision p50 ms", "decision p99 ms",
          "Kafka round trip p50 ms", "p99 ms", "completion p50 ms", "execution p50 ms",
-         "results"], rows))
+         "results", *(f"CPU ms/wl: {role}" for role in CPU_ROLES)], rows))
     parts.append("![pipeline](bench/out/pipeline.png)")
     return "\n\n".join(parts)
 
@@ -266,7 +310,7 @@ def run(quick: bool, out_dir: Path) -> int:
     """Entry point."""
     info = machine()
     count, rates, seconds = (20_000, [10.0, 40.0, 80.0], 10.0) if quick else (
-        100_000, [10.0, 25.0, 50.0, 100.0, 200.0], 30.0)
+        100_000, [10.0, 25.0, 50.0, 100.0, 200.0, 400.0], 30.0)
     metric = metric_path(count)
     print(f"[pipeline] metric path: worker {fmt(metric['worker_rate_per_s'], '.0f')}/s, raw "
           f"{fmt(metric['raw_consumer_rate_per_s'], '.0f')}/s", flush=True)

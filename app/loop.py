@@ -1,8 +1,11 @@
-"""The event loop the processes run on: uvloop where it is installed (it is a dependency).
+"""The event loop the processes run on: the standard asyncio loop unless asked for uvloop.
 
-``SWITCHYARD_EVENT_LOOP=asyncio`` keeps the standard loop. Faust picks its loop from
-``FAUST_LOOP`` when ``faust`` is first imported, so the entry points call
-``choose_event_loop`` before importing ``app.main``.
+``SWITCHYARD_EVENT_LOOP=uvloop`` (uvloop is a dependency) runs the worker and the executors on
+uvloop. It is not the default: no gain was measured apart from the other hot-path changes, and
+one long worker-crash run on uvloop stalled (the restarted worker stopped producing results
+with every task waiting; RELIABILITY.md). Faust picks its loop from ``FAUST_LOOP`` when
+``faust`` is first imported, so the entry points call ``choose_event_loop`` before importing
+``app.main``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ T = TypeVar("T")
 
 def wanted() -> str:
     """``uvloop`` or ``asyncio``: what the environment asks for and this host has."""
-    choice = os.environ.get("SWITCHYARD_EVENT_LOOP", "uvloop").strip().lower()
+    choice = os.environ.get("SWITCHYARD_EVENT_LOOP", "asyncio").strip().lower()
     if choice not in ("uvloop", "asyncio"):
         raise ValueError(f"SWITCHYARD_EVENT_LOOP must be uvloop or asyncio, not {choice!r}")
     if choice == "uvloop" and importlib.util.find_spec("uvloop") is None:

@@ -9,9 +9,13 @@ import pytest
 from app import loop
 
 
-def test_uvloop_by_default_and_faust_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_asyncio_by_default_uvloop_when_asked_and_faust_is_told(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SWITCHYARD_EVENT_LOOP", raising=False)
     monkeypatch.delenv("FAUST_LOOP", raising=False)
+    assert loop.wanted() == "asyncio"
+    assert loop.choose_event_loop() == "aio"
+    monkeypatch.setenv("SWITCHYARD_EVENT_LOOP", "uvloop")
     assert loop.wanted() == "uvloop"  # a dependency, so installed here
     assert loop.choose_event_loop() == "uvloop"
 

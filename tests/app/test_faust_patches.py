@@ -59,16 +59,32 @@ def test_a_real_partition_mismatch_still_raises() -> None:
         Collection._verify_source_topic_partitions(table, "source")
 
 
-async def test_a_created_topic_is_waited_for_until_the_metadata_lists_it() -> None:
-    """Faust goes on only once the broker's metadata has the topic's partitions."""
-    answers = iter([None, set(), {0, 1, 2, 3}])
+class _Metadata:
+    """A cluster metadata answer: ``topics`` maps each topic to its partitions."""
+
+    def __init__(self, topics: dict[str, set[int]], asked: list[str]) -> None:
+        self._topics, self._asked = topics, asked
+
+    def topics(self) -> set[str]:
+        return set(self._topics)
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        self._asked.append(topic)
+        return self._topics.get(topic)
+
+
+async def _declare(topics: list[str], answers: list[dict[str, set[int]]],
+                   ) -> tuple[list[str], list[str], int]:
+    """Declare ``topics`` through the patched Transport._create_topic against metadata that
+    answers ``answers`` in turn; (created, asked about, metadata reads)."""
+    replies = iter(answers)
     asked: list[str] = []
+    reads = [0]
 
     class Client:
         async def fetch_all_metadata(self) -> Any:
-            partitions = next(answers)
-            return SimpleNamespace(partitions_for_topic=lambda topic: asked.append(topic)
-                                   or partitions)
+            reads[0] += 1
+            return _Metadata(next(replies), asked)
 
     created: list[str] = []
     original = faust_patches.faust_aiokafka.Transport._create_topic
@@ -79,8 +95,27 @@ async def test_a_created_topic_is_waited_for_until_the_metadata_lists_it() -> No
         faust_aiokafka.Transport._create_topic = fake_create
         faust_aiokafka.Transport._switchyard_waits_for_topics = False
         faust_patches.install_topic_creation_wait()
-        await faust_aiokafka.Transport._create_topic(None, None, Client(), "t-changelog", 4, 1)
+        client = Client()
+        for topic in topics:
+            await faust_aiokafka.Transport._create_topic(None, None, client, topic, 4, 1)
     finally:
         faust_aiokafka.Transport._create_topic = original
         faust_aiokafka.Transport._switchyard_waits_for_topics = True
-    assert created == ["t-changelog"] and asked == ["t-changelog"] * 3
+    return created, asked, reads[0]
+
+
+async def test_a_created_topic_is_waited_for_until_the_metadata_lists_it() -> None:
+    """Faust goes on only once the broker's metadata has the topic's partitions."""
+    created, asked, _ = await _declare(["t-changelog"], [
+        {"other": {0}},                      # what exists before: not this topic
+        {}, {"t-changelog": set()}, {"t-changelog": {0, 1, 2, 3}},  # then it appears
+    ])
+    assert created == ["t-changelog"]
+    assert asked.count("t-changelog") == 3
+
+
+async def test_topics_that_exist_are_not_created_again_and_metadata_is_read_once() -> None:
+    """A restarting worker declares every topic again: one metadata read settles them."""
+    existing = {"a": {0, 1}, "b": {0}, "c": {0, 1, 2, 3}}
+    created, _, reads = await _declare(["a", "b", "c", "a"], [existing])
+    assert created == [] and reads == 1

@@ -118,8 +118,9 @@ class Settings(BaseSettings):
     metric_batch_size: int = Field(default=500, ge=1)
     metric_batch_within_s: float = Field(default=0.25, gt=0)
 
-    # Workloads are decided in batches whose routes are acked together. A batch closes after
-    # this long: the added decision latency at low load, traded for throughput under load.
+    # Workloads are decided in batches (their routes are not awaited: agents/decide.py). A
+    # batch closes after this long: the added decision latency at low load, traded for
+    # throughput under load.
     decide_batch_size: int = Field(default=200, ge=1)
     decide_batch_within_s: float = Field(default=0.005, gt=0)
     # Outcomes are completed in batches too (one table read of the offset ledger per batch).

@@ -119,3 +119,54 @@ async def test_topics_that_exist_are_not_created_again_and_metadata_is_read_once
     existing = {"a": {0, 1}, "b": {0}, "c": {0, 1, 2, 3}}
     created, _, reads = await _declare(["a", "b", "c", "a"], [existing])
     assert created == [] and reads == 1
+
+
+class _Consumer:
+    """Records the order of the two calls the recovery patch reorders."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def resume_partitions(self, tps: Any) -> None:
+        self.calls.append(("resume", sorted(tps)))
+
+    async def perform_seek(self) -> None:
+        self.calls.append(("seek", None))
+
+
+async def test_stream_partitions_resume_only_after_the_seek() -> None:
+    """Faust's order (resume, then seek) becomes seek, then resume: nothing is fetched from
+    where the driver stood before the committed offsets are in place."""
+    consumer = _Consumer()
+
+    async def faust_order() -> None:
+        consumer.resume_partitions({"workloads-1", "workloads-0"})
+        consumer.calls.append(("between", None))
+        await consumer.perform_seek()
+
+    await faust_patches.seeking_first(consumer, faust_order)
+    assert consumer.calls == [("between", None), ("seek", None),
+                              ("resume", ["workloads-0", "workloads-1"])]
+    assert "resume_partitions" not in vars(consumer) and "perform_seek" not in vars(consumer)
+
+
+async def test_partitions_resume_even_when_nothing_is_sought() -> None:
+    consumer = _Consumer()
+
+    async def no_assignment() -> None:
+        consumer.resume_partitions({"workloads-0"})
+
+    await faust_patches.seeking_first(consumer, no_assignment)
+    assert consumer.calls == [("resume", ["workloads-0"])]
+
+
+def test_faust_still_resumes_before_it_seeks() -> None:
+    """The race the patch closes is still in Faust's code (if an upgrade fixes it, the patch
+    can go), and the patch is installed."""
+    import inspect
+
+    from faust.tables.recovery import Recovery
+
+    assert Recovery._switchyard_seek_first  # type: ignore[attr-defined]
+    source = inspect.getsource(Recovery.on_recovery_completed.__wrapped_original__)  # type: ignore[attr-defined]
+    assert source.index("resume_partitions") < source.index("perform_seek")

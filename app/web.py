@@ -30,7 +30,7 @@ from faust import web
 
 from agents import state
 from app import observability, webviews
-from app.main import app, settings
+from app.main import app, settings, topics
 from app.streaming import now_ms
 from app.tables import completed, devices, hopping, inflight, models, tumbling
 
@@ -77,7 +77,30 @@ def consumer_flow() -> dict[str, Any]:
         "assigned": len(assigned), "active": len(active & assigned),
         "not_fetched": names(assigned - active),
         "paused": names(paused), "buffered": names(buffered), "driver_paused": names(driver_paused),
+        "inputs": input_positions(consumer, driver, assigned),
     }
+
+
+def input_positions(consumer: Any, driver: Any, assigned: set[Any]) -> dict[str, Any]:
+    """Per assigned workload/outcome partition: where the driver fetches next, the last offset
+    Faust handed to a stream, the offset Faust last committed, and the acknowledged offsets it
+    holds back (the lowest of them and how many): a partition whose commit does not move
+    while work is done says here why."""
+    inputs = {topics.workloads.get_topic_name(), topics.outcomes.get_topic_name()}
+    out: dict[str, Any] = {}
+    for tp in sorted(t for t in assigned if t.topic in inputs):
+        try:
+            state = driver._subscription.subscription.assignment.state_value(tp)
+            position = state.position if state is not None and state.has_valid_position else None
+        except Exception:  # noqa: BLE001 - between assignments
+            position = None
+        acked = list(consumer._acked.get(tp, ()))
+        out[f"{tp.topic}[{tp.partition}]"] = {
+            "position": position, "read": consumer._read_offset.get(tp),
+            "committed": consumer._committed_offset.get(tp),
+            "acked_min": min(acked) if acked else None, "acked": len(acked),
+        }
+    return out
 
 
 # --- reading the tables -------------------------------------------------------------------

@@ -86,6 +86,10 @@ def test_health_and_devices(cluster: LocalCluster) -> None:
     health = cluster.api("/api/health")
     assert health["ready"] is True and health["status"] == "ok"
     assert health["assigned_partitions"] > 0
+    inputs = health["consumer"]["inputs"]  # where each workload/outcome partition stands
+    assert inputs and all(set(v) == {"position", "read", "committed", "acked_min", "acked"}
+                          for v in inputs.values()), inputs
+    assert any(name.endswith("switchyard.workloads[0]") for name in inputs), sorted(inputs)
     devices = cluster.api("/api/devices")["devices"]
     assert {d["device_class"] for d in devices} == {"numpy-cpu-x86", "sim-h100", "sim-l4"}
     for d in devices:

@@ -232,6 +232,52 @@ async def _group_lag(broker: str, group: str, topics: list[str]) -> int:
         await admin.close()
 
 
+async def _ledger_behind_commits(broker: str, app_id: str,
+                                 topics: list[str]) -> dict[str, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(app_id)
+        changelog = f"{app_id}-input_offsets-changelog"
+        parts = [TopicPartition(changelog, p) for p in await _partitions(consumer, changelog)]
+        ends = await consumer.end_offsets(parts) if parts else {}
+        ledger: dict[str, int] = {}
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        async def behind() -> bool:
+            return any([await consumer.position(tp) < end for tp, end in ends.items()])
+
+        while await behind():
+            batch = await consumer.getmany(timeout_ms=1000)
+            for records in batch.values():
+                for record in records:
+                    key = record.key.decode() if record.key else ""
+                    key = key.strip('"')
+                    if record.value is None:
+                        ledger.pop(key, None)
+                    else:
+                        ledger[key] = int(json.loads(record.value))
+        out: dict[str, int] = {}
+        for tp, meta in committed.items():
+            if tp.topic in topics:
+                out[f"{tp.topic}[{tp.partition}]"] = (
+                    meta.offset - ledger.get(f"{tp.topic}#{tp.partition}", 0))
+        return out
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+def ledger_behind_commits(broker: str, app_id: str, topics: list[str]) -> dict[str, int]:
+    """Per input partition of the worker's group: its committed offset minus the next offset
+    the stages' offset guard (app/gaps.py) expects, read from the ledger's changelog. Positive:
+    the ledger lags the commits, and a restarted worker re-reads that many records as a gap."""
+    return asyncio.run(_ledger_behind_commits(broker, app_id, topics))
+
+
 def group_lag(broker: str, group: str, topics: list[str]) -> int:
     """Records of ``topics`` that consumer group ``group`` has not committed yet."""
     try:

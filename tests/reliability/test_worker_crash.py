@@ -21,6 +21,7 @@ from tests.reliability.harness import (
     assert_exactly_once,
     crashed_agents,
     ledger,
+    ledger_behind_commits,
     model_samples,
     new_cluster,
     record_figures,
@@ -65,6 +66,11 @@ def test_worker_kill9_mid_trace_loses_and_duplicates_nothing(broker, workdir,
                          180, "a third of the results", alive_check(worker, *executors))
             before = _state(cluster)
             cluster.kill(worker)  # SIGKILL: no shutdown, no final commit, no flush
+            # Read while nothing runs: the group's commits and the ledger are final. The clock
+            # starts after the read, as if the restart had followed the kill at once.
+            behind = ledger_behind_commits(broker, cluster.app_id,
+                                           [names["workloads"], names["outcomes"]])
+            print(f"\nledger behind the committed offsets at the kill: {behind}")
             killed_at, killed_wall = time.monotonic(), time.time()
             restarted = cluster.start_worker()  # same name: same data dir and web port
             cluster.wait_ready(restarted, 240)
@@ -93,8 +99,13 @@ def test_worker_kill9_mid_trace_loses_and_duplicates_nothing(broker, workdir,
             "models_before": before["models"], "models_after_restart": after["models"],
             "models_at_end": final_models,
             "skipped_records_recovered": skipped_records_recovered(worker, restarted),
+            "ledger_behind_commits_at_kill": sum(max(0, n) for n in behind.values()),
         })
         assert_exactly_once(book)
+        # The guard's ledger is written before the offsets it covers are committed (the
+        # producer is flushed before every commit), so a restart never takes committed work
+        # for a gap.
+        assert all(n <= 0 for n in behind.values()), behind
         for device_class, samples in before["models"].items():
             # Not cold: the restored model has what reached its changelog before the kill (the
             # last batch's update may not have; its metrics are redelivered and learned again).

@@ -14,16 +14,13 @@ from agents import state
 from app import observability
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
-from app.records import ResultRecord
+from app.records import ResultRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context
 from app.tables import completed, inflight, input_offsets
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
-REQUIRED = {"id": "string", "status": "string", "device_id": "string", "device_class": "string",
-            "variant": "object", "latency_ms": "number", "queue_ms": "number"}
-OPTIONAL = {"energy_j": "number", "checksum": "string", "error": "string", "output": "object",
-            "attempt": "integer", "submitted_at_ms": "number"}
+REQUIRED, OPTIONAL = wire_fields(ResultRecord)
 
 
 def parse_outcome(raw: bytes) -> ResultRecord:

@@ -15,7 +15,7 @@ from typing import Any
 
 from app import observability
 from app.main import settings
-from app.records import MetricRecord
+from app.records import MetricRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context
 from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
@@ -24,10 +24,7 @@ from models.ops import SpecError, Variant, parse_op
 from models.setup import update_setup
 
 logger = logging.getLogger(__name__)
-REQUIRED = {"workload_id": "string", "device_id": "string", "device_class": "string",
-            "op": "object", "variant": "object", "status": "string", "exec_ms": "number"}
-OPTIONAL = {"energy_j": "number", "queue_ms": "number", "predicted_ms": "number",
-            "setup_ms": "number"}
+REQUIRED, OPTIONAL = wire_fields(MetricRecord)
 
 
 def parse_metric(raw: bytes) -> MetricRecord:

@@ -10,7 +10,7 @@ from typing import Any
 from agents import state
 from app import observability
 from app.main import app, settings, topics
-from app.records import HeartbeatRecord
+from app.records import HeartbeatRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import devices, inflight
 from app.topics import is_device_class
@@ -18,11 +18,7 @@ from models.registry import live_classes
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_BATCH = 200
-HEARTBEAT_FIELDS = {"device_id": "string", "device_class": "string", "runtime": "string",
-                    "device": "string", "capabilities": "list"}
-HEARTBEAT_OPTIONAL = {"queue_depth": "integer", "in_hand": "integer", "sent_at_ms": "number",
-                      "started_at_ms": "number", "memory_bytes": "number", "power_w": "number",
-                      "threads": "integer", "state": "string"}
+HEARTBEAT_FIELDS, HEARTBEAT_OPTIONAL = wire_fields(HeartbeatRecord)
 
 
 def parse_heartbeat(raw: bytes) -> HeartbeatRecord:

@@ -7,6 +7,8 @@ fields. Optional fields are ``None`` where a value was not measured or does not 
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Any
 
 import faust
@@ -109,7 +111,7 @@ class ResultRecord(_Wire):
     simulated: bool = False
     decided_at_ms: int | None = None
     finished_at_ms: int | None = None
-    submitted_at_ms: int | None = None
+    submitted_at_ms: float | None = None
 
 
 class DeadLetterRecord(_Wire):
@@ -132,3 +134,31 @@ ALL_RECORDS: tuple[type[_Wire], ...] = (
     ResultRecord,
     DeadLetterRecord,
 )
+
+
+# The kind of each Python field type, as ``app.streaming.check_fields`` checks it.
+_KINDS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
+                          dict: "object", list: "list"}
+
+
+def _kind(annotation: Any) -> str | None:
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _kind(kinds[0]) if len(kinds) == 1 else None
+    return _KINDS.get(origin or annotation)
+
+
+def wire_fields(record: type[_Wire]) -> tuple[dict[str, str], dict[str, str]]:
+    """The required and the optional fields of a wire record, each with its kind, derived from
+    the record itself: a field without a default is required. Every stage that parses a record
+    checks it with these, so the parser, the record and its JSON Schema cannot disagree
+    (tests/app/test_records.py holds the schemas to them)."""
+    options = record._options  # type: ignore[attr-defined]
+    required: dict[str, str] = {}
+    optional: dict[str, str] = {}
+    for name, annotation in options.fields.items():
+        kind = _kind(annotation)
+        if kind is not None:
+            (optional if name in options.defaults else required)[name] = kind
+    return required, optional

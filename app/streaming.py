@@ -91,6 +91,8 @@ def _is_kind(value: Any, kind: str) -> bool:
         return isinstance(value, list)
     if kind == "integer":
         return type(value) is int
+    if kind == "boolean":
+        return isinstance(value, bool)
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value))  # "number"
 
@@ -98,7 +100,7 @@ def _is_kind(value: Any, kind: str) -> bool:
 def check_fields(data: dict[str, Any], what: str, required: dict[str, str],
                  optional: dict[str, str] | None = None) -> None:
     """Refuse a record whose fields are missing or of the wrong kind (string, number,
-    integer, object, list; optional ones may be null). Faust records do not check types,
+    integer, boolean, object, list; optional ones may be null). Faust records do not check types,
     and a mistyped field stored in a table crashes whichever stage reads it later."""
     missing = [name for name in required if name not in data]
     if missing:

@@ -167,3 +167,42 @@ def test_route_with_a_workload_the_decider_would_reject_is_invalid() -> None:
     broken = copy.deepcopy(route)
     broken["workload"]["op"]["kind"] = "fft"
     assert valid("routes", route) and not valid("routes", broken)
+
+
+SCHEMA_KINDS = {"string": "string", "integer": "integer", "number": "number",
+                "boolean": "boolean", "object": "object", "array": "list"}
+
+
+def _schema_kind(spec: dict[str, Any]) -> str | None:
+    if "type" in spec:
+        return SCHEMA_KINDS.get(spec["type"]) if isinstance(spec["type"], str) else None
+    kinds = [s for s in spec.get("anyOf", []) if s.get("type") != "null"]
+    return _schema_kind(kinds[0]) if len(kinds) == 1 else None
+
+
+@pytest.mark.parametrize("topic", ["heartbeats", "metrics", "outcomes"])
+def test_the_stages_check_what_the_record_and_its_schema_require(topic: str) -> None:
+    """One field list per wire record: the parser's (app.records.wire_fields), the record's
+    and the JSON Schema's required fields and kinds agree (the heartbeat parser once took
+    queue_depth, sent_at_ms and started_at_ms as optional while both required them)."""
+    from app.records import wire_fields
+
+    required, optional = wire_fields(RECORDS[topic])
+    spec = schema(topic)
+    assert set(required) == set(spec["required"])
+    for name, kind in {**required, **optional}.items():
+        expected = _schema_kind(spec["properties"][name])
+        if expected is not None:
+            assert kind == expected, (topic, name, kind, expected)
+
+
+def test_a_heartbeat_without_its_queue_depth_is_refused() -> None:
+    from agents.registry import parse_heartbeat
+
+    beat = {"device_id": "sim-h100-0", "device_class": "sim-h100", "runtime": "sim",
+            "device": "h100", "capabilities": [["fp32", "eager"]], "queue_depth": 0,
+            "sent_at_ms": 1, "started_at_ms": 1}
+    assert parse_heartbeat(json.dumps(beat).encode()).queue_depth == 0
+    del beat["queue_depth"]
+    with pytest.raises(ValueError, match="lacks queue_depth"):
+        parse_heartbeat(json.dumps(beat).encode())

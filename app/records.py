@@ -154,7 +154,7 @@ def wire_fields(record: type[_Wire]) -> tuple[dict[str, str], dict[str, str]]:
     the record itself: a field without a default is required. Every stage that parses a record
     checks it with these, so the parser, the record and its JSON Schema cannot disagree
     (tests/app/test_records.py holds the schemas to them)."""
-    options = record._options  # type: ignore[attr-defined]
+    options = record._options
     required: dict[str, str] = {}
     optional: dict[str, str] = {}
     for name, annotation in options.fields.items():

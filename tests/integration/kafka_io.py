@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -62,10 +63,8 @@ async def consume_until(broker: str, topic: str, done: Callable[[list[dict[str, 
                 for r in records:
                     value: Any = r.value
                     if decode and value is not None:
-                        try:
+                        with contextlib.suppress(ValueError):
                             value = json.loads(value)
-                        except ValueError:
-                            pass
                     messages.append({"key": r.key.decode() if r.key else None, "value": value,
                                      "partition": r.partition, "offset": r.offset})
     finally:

@@ -24,7 +24,7 @@ async def test_faust_worker_reads_one_topic_and_writes_another(broker, unique, t
     env = {**os.environ, "ECHO_IN": source, "ECHO_OUT": sink, "ECHO_APP_ID": f"echo-{unique}",
            "SWITCHYARD_BROKER": broker, "SWITCHYARD_DATA_DIR": str(tmp_path),
            "SWITCHYARD_STORE": "memory://"}
-    log = open(tmp_path / "worker.log", "w")
+    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - the worker writes it; closed below
     worker = subprocess.Popen(
         [sys.executable, "-m", "tests.integration.echo_app", "worker", "-l", "warn",
          "--without-web"],
@@ -44,6 +44,7 @@ async def test_faust_worker_reads_one_topic_and_writes_another(broker, unique, t
     finally:
         worker.terminate()
         worker.wait(30)
+        log.close()
 
 
 def test_kafka_start_status_stop_is_idempotent(broker, tmp_path, capsys):

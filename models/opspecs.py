@@ -20,6 +20,7 @@ Pure domain logic (NumPy only). Every spec exposes the same surface:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
@@ -83,15 +84,22 @@ class _OpBase:
         return out
 
     def signature(self) -> str:
-        parts = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, tuple):
-                value = "x".join(str(v) for v in value)
-            elif isinstance(value, bool):
-                value = int(value)
-            parts.append(f"{f.name}={value}")
-        return f"{self.kind}:" + ",".join(parts)
+        """``kind:field=value,...``: the op's identity as text (memoised: the history model
+        and the caches key every learned row by it)."""
+        return _signature(self)
+
+
+@functools.lru_cache(maxsize=8192)
+def _signature(spec: _OpBase) -> str:
+    parts = []
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if isinstance(value, tuple):
+            value = "x".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            value = int(value)
+        parts.append(f"{f.name}={value}")
+    return f"{spec.kind}:" + ",".join(parts)
 
 
 def _act_flops(act: str, elements: int) -> int:

@@ -64,33 +64,64 @@ class Workload:
 def decode_json_bounded(raw: bytes, max_bytes: int, max_depth: int) -> object:
     """Decode a Kafka value as JSON, refusing oversize, non-UTF-8, non-JSON or deep input.
 
-    Nesting depth is measured before parsing with regexes and a NumPy cumulative sum (no Python
-    recursion, linear time), so a hostile ``[[[[...`` cannot exhaust the stack.
-    NaN/Infinity literals are rejected: they are not JSON.
+    orjson parses without Python recursion and refuses nesting past 1,024 levels itself; the
+    nesting of what it parsed is then measured by an iterative walk of its containers (only
+    when the text holds more brackets than ``max_depth``), so a hostile ``[[[[...`` cannot
+    exhaust the stack. Input orjson refuses as too deep is measured on the text (regexes and
+    a NumPy cumulative sum, linear time) for the error message. NaN/Infinity literals are
+    rejected: they are not JSON.
     """
     if not isinstance(raw, bytes | bytearray | memoryview):
         raise SpecError(f"message value must be bytes, got {type(raw).__name__}")
     if len(raw) > max_bytes:
         raise SpecError(f"message is {len(raw)} bytes, over the limit {max_bytes}")
+    data = raw if isinstance(raw, bytes) else bytes(raw)
     try:
-        text = bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"message is not UTF-8: {exc}") from None
+        # orjson reads the bytes (checking UTF-8 itself): no Python recursion, and
+        # NaN/Infinity (not JSON) are refused.
+        value = orjson.loads(data)
+    except (ValueError, RecursionError) as exc:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise SpecError(f"message is not UTF-8: {bad}") from None
+        if "depth" in str(exc):
+            raise SpecError(f"JSON nests {_text_depth(text)} deep, over the limit "
+                            f"{max_depth}") from None
+        raise SpecError(f"message is not JSON: {exc}") from None
     # Nesting cannot be deeper than the number of opening brackets (those inside strings
     # included): most messages are settled by two C-speed counts.
-    if text.count("[") + text.count("{") > max_depth:
-        brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).encode("ascii")
-        if brackets:
-            codes = np.frombuffer(brackets, dtype=np.uint8)
-            steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
-            depth = int(np.cumsum(steps).max())
-            if depth > max_depth:
-                raise SpecError(f"JSON nests {depth} deep, over the limit {max_depth}")
-    try:
-        # orjson: no Python recursion, and NaN/Infinity (not JSON) are refused.
-        return orjson.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise SpecError(f"message is not JSON: {exc}") from None
+    if data.count(b"[") + data.count(b"{") > max_depth:
+        depth = nesting_depth(value)
+        if depth > max_depth:
+            raise SpecError(f"JSON nests {depth} deep, over the limit {max_depth}")
+    return value
+
+
+_CONTAINERS = (dict, list)  # what orjson decodes JSON objects and arrays to, exactly
+
+
+def nesting_depth(value: object) -> int:
+    """How deep a decoded JSON value nests (a scalar: 0), walked without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)] if value.__class__ in _CONTAINERS else []
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = node.values() if node.__class__ is dict else node
+        stack.extend([(child, depth + 1) for child in children
+                      if child.__class__ in _CONTAINERS])
+    return deepest
+
+
+def _text_depth(text: str) -> int:
+    """The nesting depth of JSON text, brackets inside strings ignored (linear time)."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).encode("ascii")
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
 
 
 def _number(name: str, value: object, allow_zero: bool = False) -> float:

@@ -13,8 +13,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from agents.learn import MetricRow
 from app.main import settings
-from app.records import MetricRecord
 from app.streaming import event_context
 from app.tables import hopping, tumbling
 from models.sketch import WindowStats
@@ -67,7 +67,7 @@ def sweep_expired(event: Any) -> int:
 _last_sweep = [0.0]
 
 
-def window_batch(parsed: list[tuple[Any, MetricRecord]]) -> None:
+def window_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
     """Aggregate a batch's metrics per (class, op kind) and merge them into the current windows
     (called by the metric stage, agents/metrics.py); sweep expired windows now and then."""
     batch = [event for event, _ in parsed]

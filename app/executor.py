@@ -6,8 +6,10 @@ deduplicates outcomes by workload id). Compute runs in one worker thread, never 
 loop, so consumer heartbeats keep flowing while a long op runs.
 
 Routes are fetched in batches of up to ``executor_fetch_records`` and run one after another;
-each one's outcome and metric are handed to the producer without waiting, so the next op starts
-while they travel. The batch's offsets are committed once every record published for it is
+each one's outcome is handed to the producer without waiting, so the next op starts while it
+travels. Metrics are gathered and published as one record of many rows (the metrics topic's
+batch form) every ``executor_metric_linger_ms`` or ``executor_metric_batch_rows`` rows, and
+before every commit. The batch's offsets are committed once every record published for it is
 acknowledged (at the end of the batch, or sooner when a batch of slow ops has run for
 ``COMMIT_EVERY_S``). SIGTERM/SIGINT finish the op in hand, publish its records, commit up to
 it — the fetched routes not yet run stay uncommitted, for another instance — send a last
@@ -32,7 +34,13 @@ from app import topics
 from app.admin import contract_topics, ensure_topics
 from app.loop import run as run_loop
 from app.producing import RenewingProducer
-from app.records import DeadLetterRecord, HeartbeatRecord, MetricRecord, ResultRecord
+from app.records import (
+    DeadLetterRecord,
+    HeartbeatRecord,
+    MetricRecord,
+    ResultRecord,
+    metric_batch_bytes,
+)
 from app.settings import Settings, get_settings
 from models.ops import SpecError
 from models.workload import WorkloadLimits, decode_json_bounded
@@ -47,6 +55,8 @@ STOP_RETRY_S = 30.0
 ENVELOPE_BYTES = 64 * 1024
 # Within a long batch, commit what is acknowledged at least this often (bounds redone work).
 COMMIT_EVERY_S = 1.0
+# A metric batch stays well under the broker's default record size limit (1 MB).
+METRIC_BATCH_MAX_BYTES = 512 * 1024
 
 
 def limits_from(settings: Settings) -> WorkloadLimits:
@@ -95,6 +105,10 @@ class Executor:
         self.nvml: NvmlMeter | None = nvml if nvml is not None and nvml.available else None
         self.power = PowerTracker(self.nvml or runtime.meter)
         self._partitions: dict[str, int] = {}
+        # Encoded metric rows not yet published, and when the first of them was added.
+        self._metric_rows: list[bytes] = []
+        self._metric_bytes = 0
+        self._metric_since = 0.0
 
     # --- Kafka plumbing -------------------------------------------------------------------
     def _client_kwargs(self) -> dict[str, Any]:
@@ -216,15 +230,17 @@ class Executor:
                 if self.stopping.is_set():
                     break  # the rest stays uncommitted: another instance runs it
                 if loop.time() - last_commit > COMMIT_EVERY_S:
-                    await self._commit_published(consumer, published, done)
+                    await self._commit_published(producer, consumer, published, done)
                     published, done, last_commit = [], {}, loop.time()
             self.in_hand = 0
-            await self._commit_published(consumer, published, done)
+            await self._commit_published(producer, consumer, published, done)
 
-    async def _commit_published(self, consumer: AIOKafkaConsumer,
+    async def _commit_published(self, producer: RenewingProducer, consumer: AIOKafkaConsumer,
                                 published: list[asyncio.Task[None]],
                                 offsets: dict[TopicPartition, int]) -> None:
-        """Commit ``offsets`` once every record published for them is acknowledged."""
+        """Commit ``offsets`` once every record published for them (the metrics gathered
+        for them included) is acknowledged."""
+        published = published + await self._flush_metrics(producer)
         if published:
             await asyncio.gather(*published)
         for tp, offset in offsets.items():
@@ -267,16 +283,33 @@ class Executor:
 
     async def _publish(self, producer: RenewingProducer,
                        result: WorkResult) -> list[asyncio.Task[None]]:
-        """Hand a result's metric and outcome to the producer; the tasks await their acks."""
-        metric = MetricRecord.from_data(result.metric)
+        """Hand a result's outcome to the producer and gather its metric (published with the
+        others when the batch is due); the tasks await their acks."""
+        row = MetricRecord.from_data(result.metric).dumps()
         outcome = ResultRecord.from_data(result.outcome)
+        tasks = [asyncio.create_task(self._send(producer, topics.OUTCOMES, outcome.id,
+                                                outcome.dumps()))]
+        if self._metric_bytes + len(row) > METRIC_BATCH_MAX_BYTES:
+            tasks += await self._flush_metrics(producer)
+        loop_time = asyncio.get_running_loop().time()
+        if not self._metric_rows:
+            self._metric_since = loop_time
+        self._metric_rows.append(row)
+        self._metric_bytes += len(row) + 1
+        if (len(self._metric_rows) >= self.settings.executor_metric_batch_rows
+                or (loop_time - self._metric_since) * 1000 >= self.settings.executor_metric_linger_ms):
+            tasks += await self._flush_metrics(producer)
+        return tasks
+
+    async def _flush_metrics(self, producer: RenewingProducer) -> list[asyncio.Task[None]]:
+        """Publish the gathered metric rows as one record (a lone row in the one-row form)."""
+        if not self._metric_rows:
+            return []
+        value = metric_batch_bytes(self._metric_rows)
+        self._metric_rows, self._metric_bytes = [], 0
         partition = await self._class_partition(producer, topics.METRICS)
-        return [
-            asyncio.create_task(self._send(producer, topics.METRICS, self.device_id,
-                                           metric.dumps(), partition)),
-            asyncio.create_task(self._send(producer, topics.OUTCOMES, outcome.id,
-                                           outcome.dumps())),
-        ]
+        return [asyncio.create_task(self._send(producer, topics.METRICS, self.device_id,
+                                               value, partition))]
 
     async def _dead_letter(self, producer: RenewingProducer, message: Any, reason: str) -> None:
         logger.warning(

@@ -67,6 +67,37 @@ class MetricRecord(_Wire):
     throttled: bool = False
 
 
+# The metrics topic's second form: many executions in one record, as an executor publishes what
+# it ran since its last flush (a few milliseconds, or up to ``executor_metric_batch_rows``).
+# A record with ``"version": 2`` carries its rows under ``"metrics"``; a record without a
+# ``version`` is one execution (the first form, still what a single row is published as).
+METRIC_BATCH_VERSION = 2
+
+
+def metric_batch_bytes(rows: list[bytes]) -> bytes:
+    """The wire value of a batch of already-encoded metric rows (one row: the row itself)."""
+    if len(rows) == 1:
+        return rows[0]
+    return b'{"version":%d,"metrics":[%s]}' % (METRIC_BATCH_VERSION, b",".join(rows))
+
+
+def metric_rows(data: dict[str, Any]) -> list[Any]:
+    """The executions a decoded metrics value carries, one JSON object (or whatever the
+    producer put there) per execution, in either form: what a downstream reader of
+    ``switchyard.metrics`` calls to see one row per execution. ValueError on a batch of an
+    unknown version or without a ``metrics`` list."""
+    if "version" not in data:
+        return [data]
+    if data.get("version") != METRIC_BATCH_VERSION:
+        raise ValueError(f"metric batch version {data.get('version')!r} is not "
+                         f"{METRIC_BATCH_VERSION}")
+    rows = data.get("metrics")
+    if not isinstance(rows, list) or set(data) != {"version", "metrics"}:
+        raise ValueError('a metric batch is {"version": 2, "metrics": [one object per '
+                         'execution]} and nothing else')
+    return rows
+
+
 class HeartbeatRecord(_Wire):
     """An executor's periodic liveness report on ``switchyard.heartbeats``, key = device id."""
 
@@ -147,6 +178,11 @@ def _kind(annotation: Any) -> str | None:
         kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _kind(kinds[0]) if len(kinds) == 1 else None
     return _KINDS.get(origin or annotation)
+
+
+def wire_defaults(record: type[_Wire]) -> dict[str, Any]:
+    """The default of each optional field of a wire record."""
+    return dict(record._options.defaults)
 
 
 def wire_fields(record: type[_Wire]) -> tuple[dict[str, str], dict[str, str]]:

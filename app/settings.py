@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     # Routes an executor fetches at once. They run one after another (the device runs one op at
     # a time); their outcomes travel while the next op runs, and one commit covers the batch.
     executor_fetch_records: int = Field(default=64, ge=1)
+    # An executor publishes the metrics of what it ran as one record (the metrics topic's batch
+    # form, docs/contract.md) of up to this many rows, flushed once its first row is this old,
+    # and always before the routes it covers are committed. A record per execution made the
+    # worker's per-event cost the metric path's (BENCHMARKS.md, pipeline). 1: one row a record.
+    executor_metric_batch_rows: int = Field(default=128, ge=1)
+    executor_metric_linger_ms: float = Field(default=20.0, ge=0)
 
     # --- Windows -------------------------------------------------------------------------------
     tumbling_window_s: float = Field(default=10.0, gt=0)

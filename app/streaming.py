@@ -50,10 +50,12 @@ def _key_text(key: Any) -> str | None:
     return str(key)[:512]
 
 
-async def dead_letter(stage: str, event: Any, reason: str) -> None:
-    """Send the event's original bytes to switchyard.deadletter with the reason; count it."""
+async def dead_letter(stage: str, event: Any, reason: str, raw: bytes | None = None) -> None:
+    """Send the event's original bytes (or ``raw``: the refused part of a batch) to
+    switchyard.deadletter with the reason; count it."""
     message = event.message
-    raw = message.value if isinstance(message.value, bytes) else str(message.value).encode()
+    if raw is None:
+        raw = message.value if isinstance(message.value, bytes) else str(message.value).encode()
     record = DeadLetterRecord(
         topic=message.topic,
         partition=message.partition,
@@ -82,6 +84,10 @@ def decode_object(raw: Any, what: str) -> dict[str, Any]:
     return data
 
 
+_DECODED = {"string": str, "object": dict, "list": list, "integer": int, "boolean": bool,
+            "number": float}
+
+
 def _is_kind(value: Any, kind: str) -> bool:
     if kind == "string":
         return isinstance(value, str)
@@ -105,9 +111,15 @@ def check_fields(data: dict[str, Any], what: str, required: dict[str, str],
     missing = [name for name in required if name not in data]
     if missing:
         raise ValueError(f"{what} lacks {', '.join(missing)}")
-    for name, kind in {**required, **(optional or {})}.items():
-        value = data.get(name)
-        if name not in required and value is None:
-            continue
-        if not _is_kind(value, kind):
-            raise ValueError(f"{what} {name} must be a {kind}, got {type(value).__name__}")
+    for fields, may_be_null in ((required, False), (optional or {}, True)):
+        for name, kind in fields.items():
+            value: Any = data.get(name)
+            if value is None and may_be_null:
+                continue
+            cls = value.__class__
+            # The class JSON decodes the kind to: settled without a call (a float must still
+            # be finite); anything else takes the full check.
+            if cls is _DECODED[kind] and (cls is not float or math.isfinite(value)):
+                continue
+            if not _is_kind(value, kind):
+                raise ValueError(f"{what} {name} must be a {kind}, got {type(value).__name__}")

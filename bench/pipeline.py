@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.local import LocalCluster
+from app.records import metric_batch_bytes, metric_rows
 from app.topics import class_partition
 from bench.common import (
     fmt,
@@ -45,6 +46,9 @@ from models.traces import poisson_gaps, synthetic_trace
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench")) / "pipeline"
 CPU_ROLES = ("worker", "executors", "broker", "load generator")
 METRIC_PARTITIONS = 4  # the settings' default metric_partitions
+# Rows per metrics record: one execution a record, and an executor's batch under load (the
+# rows it ran within its linger, up to executor_metric_batch_rows).
+METRIC_FORMS = (1, 64)
 METRIC_CLASSES = ("sim-h100", "sim-l4", "sim-tpu-v5e", "sim-cpu-core", "torch-cpu-x86",
                   "jax-cpu-x86", "numpy-cpu-x86")
 METRIC_OPS = (
@@ -67,28 +71,40 @@ def synthetic_metric(i: int, rng: np.random.Generator) -> tuple[str, dict[str, A
         "started_at_ms": now, "finished_at_ms": now, "energy_j": None}
 
 
-async def produce_metrics(metrics_topic: str, count: int) -> float:
-    """Create the topic and produce ``count`` metrics; returns the produce rate (per s)."""
+def metric_records(count: int, rows_per_record: int) -> list[tuple[str, bytes, int]]:
+    """``count`` metrics as (device class, wire value, rows) records of up to
+    ``rows_per_record`` rows of one class each (an executor's batch form; 1: a record each)."""
+    rng = np.random.default_rng(0)
+    by_class: dict[str, list[bytes]] = {}
+    for i in range(count):
+        device_class, record = synthetic_metric(i, rng)
+        by_class.setdefault(device_class, []).append(json.dumps(record).encode())
+    return [(device_class, metric_batch_bytes(rows[i:i + rows_per_record]),
+             len(rows[i:i + rows_per_record]))
+            for device_class, rows in by_class.items()
+            for i in range(0, len(rows), rows_per_record)]
+
+
+async def produce_metrics(metrics_topic: str, records: list[tuple[str, bytes, int]]) -> float:
+    """Create the topic and produce the records; returns the produce rate (rows per s)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=BROKER)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(metrics_topic, METRIC_PARTITIONS, 1)])
     finally:
         await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=BROKER, linger_ms=20, acks=1)
+    producer = AIOKafkaProducer(bootstrap_servers=BROKER, linger_ms=20, acks=1,
+                                max_request_size=4 * 1024 * 1024)
     await producer.start()
-    rng = np.random.default_rng(0)
     started = time.monotonic()
     try:
-        for i in range(count):
-            device_class, record = synthetic_metric(i, rng)
-            await producer.send(metrics_topic, json.dumps(record).encode(),
-                                key=record["device_id"].encode(),
+        for device_class, value, _ in records:
+            await producer.send(metrics_topic, value, key=f"{device_class}-0".encode(),
                                 partition=class_partition(device_class, METRIC_PARTITIONS))
         await producer.flush()
     finally:
         await producer.stop()
-    return count / (time.monotonic() - started)
+    return sum(rows for _, _, rows in records) / (time.monotonic() - started)
 
 
 async def committed(group: str, metrics_topic: str) -> int:
@@ -103,31 +119,36 @@ async def committed(group: str, metrics_topic: str) -> int:
                if tp.topic == metrics_topic and meta.offset >= 0)
 
 
-async def raw_consumer_rate(metrics_topic: str, count: int) -> float:
-    """Events/s of a bare aiokafka consumer (getmany + json.loads) reading the topic."""
+async def raw_consumer_rate(metrics_topic: str, records: int) -> float:
+    """Rows/s of a bare aiokafka consumer (getmany + json.loads, rows counted) reading the
+    topic's ``records`` records."""
     consumer = AIOKafkaConsumer(bootstrap_servers=BROKER, group_id=None,
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                max_partition_fetch_bytes=8 * 1024 * 1024)
     await consumer.start()
     try:
         consumer.assign([TopicPartition(metrics_topic, p) for p in range(METRIC_PARTITIONS)])
         await consumer.seek_to_beginning()
-        seen, started = 0, time.monotonic()
-        while seen < count:
+        seen, rows, started = 0, 0, time.monotonic()
+        while seen < records:
             batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
-            for records in batch.values():
-                for record in records:
-                    json.loads(record.value)
+            for messages in batch.values():
+                for message in messages:
+                    rows += len(metric_rows(json.loads(message.value)))
                     seen += 1
-        return seen / (time.monotonic() - started)
+        return rows / (time.monotonic() - started)
     finally:
         await consumer.stop()
 
 
-def metric_path(count: int) -> dict[str, Any]:
-    """Window + learn throughput of one worker against the raw consumer, same topic."""
+def metric_path(count: int, rows_per_record: int) -> dict[str, Any]:
+    """Window + learn throughput of one worker against the raw consumer, same topic, in rows
+    (executions) per second, with ``rows_per_record`` rows in each metrics record."""
     local = LocalCluster.isolated(WORKDIR / uuid.uuid4().hex[:8], broker=BROKER)
     metrics_topic = topic(local.namespace, "metrics")
-    produce_rate = asyncio.run(produce_metrics(metrics_topic, count))
+    records = metric_records(count, rows_per_record)
+    rows_each = count / len(records)  # the committed offsets count records
+    produce_rate = asyncio.run(produce_metrics(metrics_topic, records))
     worker = local.start_worker()
     samples: list[tuple[float, int]] = []
     try:
@@ -136,21 +157,23 @@ def metric_path(count: int) -> dict[str, Any]:
         while time.monotonic() < deadline:
             done = asyncio.run(committed(local.app_id, metrics_topic))
             samples.append((time.monotonic(), done))
-            if done >= count:
+            if done >= len(records):
                 break
             time.sleep(0.2)
         models = local.api("/api/models")
     finally:
         local.stop()
-    raw = asyncio.run(raw_consumer_rate(metrics_topic, count))
-    rate = slope(samples, 0.1 * count, 0.9 * count)
+    raw = asyncio.run(raw_consumer_rate(metrics_topic, len(records)))
+    record_rate = slope(samples, 0.1 * len(records), 0.9 * len(records))
+    rate = record_rate * rows_each if record_rate else None
     listed = models.get("models", []) if isinstance(models, dict) else models
     learned = sum(int(m.get("samples", 0)) for m in listed if isinstance(m, dict))
-    return {"metrics": count, "produce_rate_per_s": produce_rate, "worker_rate_per_s": rate,
-            "raw_consumer_rate_per_s": raw,
+    return {"metrics": count, "rows_per_record": rows_per_record, "records": len(records),
+            "produce_rate_per_s": produce_rate, "worker_rate_per_s": rate,
+            "worker_records_per_s": record_rate, "raw_consumer_rate_per_s": raw,
             "ratio_worker_to_raw": rate / raw if rate and raw else None,
             "committed": samples[-1][1] if samples else 0, "learned_samples": learned,
-            "offsets_over_time": [(t - samples[0][0], n) for t, n in samples]}
+            "offsets_over_time": [(t - samples[0][0], n * rows_each) for t, n in samples]}
 
 
 def slope(samples: list[tuple[float, int]], low: float, high: float) -> float | None:
@@ -243,12 +266,16 @@ def plot(results: dict[str, Any], out_dir: Path) -> Path:
     """Committed metric offsets over time; decision latency against offered load."""
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    points = results["metric_path"]["offsets_over_time"]
-    ax1.plot([t for t, _ in points], [n for _, n in points], marker=".")
-    ax1.set_xlabel("s since the worker was ready")
-    ax1.set_ylabel("metrics committed (window + learn)")
-    ax1.set_title(f"worker {fmt(results['metric_path']['worker_rate_per_s'], '.0f')}/s vs raw "
-                  f"consumer {fmt(results['metric_path']['raw_consumer_rate_per_s'], '.0f')}/s")
+    for form in results["metric_path"]:
+        points = form["offsets_over_time"]
+        ax1.plot([t for t, _ in points], [n for _, n in points], marker=".",
+                 label=f"{form['rows_per_record']} row(s)/record: worker "
+                       f"{fmt(form['worker_rate_per_s'], '.0f')}/s, raw "
+                       f"{fmt(form['raw_consumer_rate_per_s'], '.0f')}/s")
+    ax1.set_xlabel("s since the first sample")
+    ax1.set_ylabel("metric rows committed (window + learn)")
+    ax1.set_title("metric path, rows per second")
+    ax1.legend(fontsize=7)
     loads = results["decide_path"]["loads"]
     offered = [v["offered_per_s"] for v in loads.values()]
     for stat in ("p50", "p99"):
@@ -266,21 +293,26 @@ def plot(results: dict[str, Any], out_dir: Path) -> Path:
 def report(results: dict[str, Any], quick: bool) -> str:
     """The BENCHMARKS.md section."""
     command = "switchyard bench pipeline" + (" --quick" if quick else "")
-    m = results["metric_path"]
+    forms = results["metric_path"]
     parts = [section_header("Pipeline throughput and latency", command, results["machine"],
                             quick)]
     parts.append(
-        f"**Metric path.** {m['metrics']} synthetic metrics ({len(METRIC_CLASSES)} classes, "
-        f"{METRIC_PARTITIONS} partitions) waiting in the topic when a fresh worker starts. The "
-        "worker's rate is the slope of its consumer group's committed offsets from 10 % to 90 % "
-        "(both the window and the learn stage have processed what is committed); the raw rate "
-        "is one aiokafka consumer (`getmany` + `json.loads`) reading the same topic afterwards.")
+        f"**Metric path.** {forms[0]['metrics']} synthetic metrics ({len(METRIC_CLASSES)} "
+        f"classes, {METRIC_PARTITIONS} partitions) waiting in the topic when a fresh worker "
+        "starts, once as one record per execution and once in the metrics topic's batch form "
+        "(docs/contract.md: rows of one class per record, as an executor publishes what it ran "
+        "within its linger). The worker's rate is the slope of its consumer group's committed "
+        "offsets from 10 % to 90 % (both the window and the learn stage have processed what is "
+        "committed), in rows (executions) per second; the raw rate is one aiokafka consumer "
+        "(`getmany` + `json.loads`, rows counted) reading the same topic afterwards.")
     parts.append(markdown_table(
-        ["worker (window + learn)", "raw aiokafka consumer", "worker ÷ raw", "producer",
-         "rows learned"],
-        [[fmt(m["worker_rate_per_s"], ".0f") + " /s", fmt(m["raw_consumer_rate_per_s"], ".0f")
-          + " /s", fmt(m["ratio_worker_to_raw"], ".3f"), fmt(m["produce_rate_per_s"], ".0f")
-          + " /s", fmt(m["learned_samples"], "d")]]))
+        ["rows / record", "worker (window + learn)", "raw aiokafka consumer", "worker ÷ raw",
+         "worker records /s", "producer", "rows learned"],
+        [[f"{m['rows_per_record']}", fmt(m["worker_rate_per_s"], ".0f") + " rows/s",
+          fmt(m["raw_consumer_rate_per_s"], ".0f") + " rows/s",
+          fmt(m["ratio_worker_to_raw"], ".3f"), fmt(m["worker_records_per_s"], ".0f"),
+          fmt(m["produce_rate_per_s"], ".0f") + " rows/s", fmt(m["learned_samples"], "d")]
+         for m in forms]))
     d = results["decide_path"]
     parts.append(
         f"**Decide path.** One worker (policy switchyard), fleet {', '.join(d['fleet'])} "
@@ -311,9 +343,13 @@ def run(quick: bool, out_dir: Path) -> int:
     info = machine()
     count, rates, seconds = (20_000, [10.0, 40.0, 80.0], 10.0) if quick else (
         100_000, [10.0, 25.0, 50.0, 100.0, 200.0, 400.0], 30.0)
-    metric = metric_path(count)
-    print(f"[pipeline] metric path: worker {fmt(metric['worker_rate_per_s'], '.0f')}/s, raw "
-          f"{fmt(metric['raw_consumer_rate_per_s'], '.0f')}/s", flush=True)
+    metric = []
+    for rows_per_record in METRIC_FORMS:
+        form = metric_path(count, rows_per_record)
+        metric.append(form)
+        print(f"[pipeline] metric path, {rows_per_record} row(s)/record: worker "
+              f"{fmt(form['worker_rate_per_s'], '.0f')} rows/s, raw "
+              f"{fmt(form['raw_consumer_rate_per_s'], '.0f')} rows/s", flush=True)
     results = {"machine": info, "quick": quick, "metric_path": metric,
                "decide_path": decide_path(rates, seconds)}
     write_json(out_dir, "pipeline", results)

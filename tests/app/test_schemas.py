@@ -15,7 +15,14 @@ import jsonschema
 import numpy as np
 import pytest
 
-from app.records import DeadLetterRecord, HeartbeatRecord, MetricRecord, ResultRecord, RouteRecord
+from app.records import (
+    DeadLetterRecord,
+    HeartbeatRecord,
+    MetricRecord,
+    ResultRecord,
+    RouteRecord,
+    metric_batch_bytes,
+)
 from models.ops import SPEC_CLASSES, parse_op
 from models.traces import synthetic_trace
 
@@ -27,6 +34,13 @@ RECORDS = {"routes": RouteRecord, "metrics": MetricRecord, "heartbeats": Heartbe
 
 def schema(topic: str) -> dict[str, Any]:
     return json.loads((SCHEMAS / f"{topic}.schema.json").read_text())
+
+
+def record_schema(topic: str) -> dict[str, Any]:
+    """The schema of one record of ``topic`` (the metrics topic's one execution, of its two
+    forms)."""
+    document = schema(topic)
+    return document["$defs"]["metric"] if topic == "metrics" else document
 
 
 def validator(topic: str) -> jsonschema.Draft202012Validator:
@@ -43,14 +57,14 @@ def test_every_topic_has_a_valid_2020_12_schema(topic: str) -> None:
     jsonschema.Draft202012Validator.check_schema(document)
     assert document["$schema"].endswith("2020-12/schema")
     assert document["$id"].endswith(f"/{topic}.schema.json")
-    assert document["additionalProperties"] is False
+    assert record_schema(topic)["additionalProperties"] is False
 
 
 @pytest.mark.parametrize("topic", sorted(RECORDS))
 def test_schema_properties_match_the_wire_record(topic: str) -> None:
     record = RECORDS[topic]
     fields = record._options.fields  # every annotated field, defaults included
-    document = schema(topic)
+    document = record_schema(topic)
     assert set(document["properties"]) == set(fields)
     required_in_record = {name for name in fields if name not in record._options.defaults}
     assert set(document["required"]) == required_in_record
@@ -140,6 +154,10 @@ def test_records_as_the_stages_write_them_validate() -> None:
         bytes_moved=op.bytes_moved("fp32"), status="ok", queue_ms=0.0, exec_ms=0.1,
         started_at_ms=1, finished_at_ms=2).dumps())
     assert valid("metrics", metric)
+    batch = json.loads(metric_batch_bytes([json.dumps(metric).encode()] * 3))
+    assert batch == {"version": 2, "metrics": [metric] * 3} and valid("metrics", batch)
+    assert not valid("metrics", {"version": 3, "metrics": [metric]})
+    assert not valid("metrics", {"version": 2, "metrics": [{**metric, "exec_ms": "1"}]})
     heartbeat = json.loads(HeartbeatRecord(
         device_id="d1", device_class="numpy-cpu-x86", runtime="numpy", device="cpu",
         capabilities=[["matmul", "fp32", "eager"]], queue_depth=0, sent_at_ms=5,
@@ -188,7 +206,7 @@ def test_the_stages_check_what_the_record_and_its_schema_require(topic: str) -> 
     from app.records import wire_fields
 
     required, optional = wire_fields(RECORDS[topic])
-    spec = schema(topic)
+    spec = record_schema(topic)
     assert set(required) == set(spec["required"])
     for name, kind in {**required, **optional}.items():
         expected = _schema_kind(spec["properties"][name])
@@ -206,3 +224,37 @@ def test_a_heartbeat_without_its_queue_depth_is_refused() -> None:
     del beat["queue_depth"]
     with pytest.raises(ValueError, match="lacks queue_depth"):
         parse_heartbeat(json.dumps(beat).encode())
+
+
+def _metric(**change: Any) -> dict[str, Any]:
+    row = {"workload_id": "w1", "device_id": "d1", "device_class": "numpy-cpu-x86",
+           "runtime": "numpy", "op": {"kind": "matmul", "m": 8, "k": 8, "n": 8},
+           "variant": {"precision": "fp32", "mode": "eager"}, "flops": 1024.0,
+           "bytes_moved": 768.0, "status": "ok", "queue_ms": 0.0, "exec_ms": 0.1,
+           "started_at_ms": 1, "finished_at_ms": 2}
+    return {**row, **change}
+
+
+def test_a_metric_batch_is_parsed_row_by_row_and_a_bad_row_is_refused_alone() -> None:
+    """The metrics topic's two forms read the same (app.records.metric_rows); in a batch, a
+    refused row names its place and the others are kept."""
+    from agents.learn import parse_metric, parse_metrics
+    from app.records import metric_rows
+
+    one = json.dumps(_metric()).encode()
+    assert parse_metric(one).workload_id == "w1"
+    rows = [_metric(workload_id=f"w{i}") for i in range(3)]
+    rows[1]["exec_ms"] = -1.0
+    good, bad = parse_metrics(json.dumps({"version": 2, "metrics": rows}).encode())
+    assert [m.workload_id for m in good] == ["w0", "w2"]
+    assert [(i, row["workload_id"]) for i, row, _ in bad] == [(1, "w1")]
+    assert "metric 1 of a batch of 3" in bad[0][2] and "exec_ms" in bad[0][2]
+    assert metric_rows({"version": 2, "metrics": rows}) == rows
+    assert metric_rows(_metric()) == [_metric()]
+    for refused, reason in (({"version": 3, "metrics": rows}, "version 3"),
+                            ({"version": 2, "metrics": {}}, "nothing else"),
+                            ({"version": 2, "metrics": rows, "x": 1}, "nothing else")):
+        with pytest.raises(ValueError, match=reason):
+            parse_metrics(json.dumps(refused).encode())
+    with pytest.raises(ValueError, match="holds 3"):
+        parse_metric(json.dumps({"version": 2, "metrics": [_metric()] * 3}).encode())

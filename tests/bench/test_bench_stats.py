@@ -56,3 +56,22 @@ def test_slope_between_thresholds() -> None:
     samples = [(0.0, 0), (1.0, 100), (2.0, 300), (3.0, 500), (4.0, 1000)]
     assert slope(samples, 100, 500) == pytest.approx(200.0)
     assert slope(samples, 100, 5000) is None
+
+
+def test_metric_records_carry_every_row_once_in_records_of_one_class() -> None:
+    """The pipeline bench's batch form: records of one class, up to N rows, nothing lost."""
+    import orjson
+
+    from app.records import metric_rows
+    from bench.pipeline import metric_records
+
+    for per_record in (1, 64):
+        records = metric_records(1000, per_record)
+        ids = []
+        for device_class, value, rows in records:
+            decoded = metric_rows(orjson.loads(value))
+            assert len(decoded) == rows <= per_record
+            assert {row["device_class"] for row in decoded} == {device_class}
+            ids += [row["workload_id"] for row in decoded]
+        assert sorted(ids) == sorted(f"m{i}" for i in range(1000))
+        assert (per_record == 1) == all(b'"version"' not in v for _, v, _ in records)

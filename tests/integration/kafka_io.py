@@ -12,6 +12,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from app.records import metric_rows
+
 
 async def create_topics(broker: str, names: Iterable[str], partitions: int = 1) -> None:
     """Create topics (existing ones are left alone)."""
@@ -46,9 +48,12 @@ async def consume_until(broker: str, topic: str, done: Callable[[list[dict[str, 
                         abort: Callable[[], str | None] | None = None) -> list[dict[str, Any]]:
     """Read ``topic`` from the beginning until ``done(messages)`` or the timeout.
 
-    Each message is ``{"key", "value", "partition", "offset"}``; JSON values are decoded.
-    ``abort()`` returning a reason (e.g. a process under test died) ends the wait with an error.
+    Each message is ``{"key", "value", "partition", "offset"}``; JSON values are decoded, and
+    a metrics topic's batch record (app.records.metric_rows) comes back as one message per
+    execution, as a downstream reader sees them. ``abort()`` returning a reason (e.g. a
+    process under test died) ends the wait with an error.
     """
+    expand = decode and topic.endswith("switchyard.metrics")
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest",
                                 enable_auto_commit=False, group_id=None)
     await consumer.start()
@@ -65,8 +70,11 @@ async def consume_until(broker: str, topic: str, done: Callable[[list[dict[str, 
                     if decode and value is not None:
                         with contextlib.suppress(ValueError):
                             value = json.loads(value)
-                    messages.append({"key": r.key.decode() if r.key else None, "value": value,
-                                     "partition": r.partition, "offset": r.offset})
+                    values = (metric_rows(value) if expand and isinstance(value, dict)
+                              else [value])
+                    messages.extend({"key": r.key.decode() if r.key else None, "value": v,
+                                     "partition": r.partition, "offset": r.offset}
+                                    for v in values)
     finally:
         await consumer.stop()
     return messages

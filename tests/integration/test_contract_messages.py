@@ -27,6 +27,7 @@ import pytest
 from aiokafka.partitioner import murmur2
 
 from app.local import LocalCluster
+from app.records import metric_rows
 from app.settings import Settings
 from models.tensors import encode_tensor
 from models.traces import synthetic_trace
@@ -99,11 +100,19 @@ def messages(cluster: LocalCluster) -> dict[str, list[dict[str, Any]]]:
     async def read_all() -> dict[str, list[dict[str, Any]]]:
         out = {}
         for topic, count in wanted.items():
+            # Raw records: the metrics topic's may each carry many executions (its batch form).
             out[topic] = await consume_until(
-                broker, f"{ns}switchyard.{topic}", lambda m, n=count: len(m) >= n,
+                broker, f"{ns}switchyard.{topic}",
+                lambda m, n=count, t=topic: sum(map(len, rows_of(m))) >= n if t == "metrics"
+                else len(m) >= n,
                 timeout_s=30, decode=False)
         return out
     return asyncio.run(read_all())
+
+
+def rows_of(messages: list[dict[str, Any]]) -> list[list[Any]]:
+    """The executions each raw metrics record carries (app.records.metric_rows)."""
+    return [metric_rows(decoded(m)) for m in messages]
 
 
 def decoded(message: dict[str, Any]) -> dict[str, Any]:
@@ -144,8 +153,10 @@ def test_partitioning(messages: dict[str, list[dict[str, Any]]]) -> None:
     metric_partitions = Settings().metric_partitions
     for topic in ("metrics", "heartbeats"):
         for message in messages[topic]:
-            device_class = decoded(message)["device_class"]
-            assert message["partition"] == zlib.crc32(device_class.encode()) % metric_partitions
+            for row in metric_rows(decoded(message)) if topic == "metrics" else [decoded(message)]:
+                device_class = row["device_class"]
+                assert (message["partition"]
+                        == zlib.crc32(device_class.encode()) % metric_partitions)
     workload_partition = {key_of(m): m["partition"] for m in messages["workloads"]}
     for message in messages["results"]:
         key = key_of(message)

@@ -5,12 +5,14 @@ windows that expired while the worker was down are deleted after it restarts
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
 
 import pytest
 
 from app.local import LocalCluster
-from tests.integration.kafka_io import produce
+from tests.integration.kafka_io import consume_until, produce
 
 pytestmark = pytest.mark.kafka
 
@@ -69,5 +71,36 @@ def test_windows_aggregate_and_expired_windows_go_after_a_restart(broker, tmp_pa
         asyncio.run(produce(broker, topic, [("new-cpu-0", metric("new-cpu", 0, 1.0))]))
         wait_for(lambda: windows(cluster, "new-cpu"))
         assert wait_for(lambda: not windows(cluster, "old-cpu"), timeout_s=30) is True
+    finally:
+        cluster.stop()
+
+
+def test_a_metric_batch_is_windowed_and_learned_row_by_row(broker, tmp_path):
+    """The metrics topic's batch form (docs/contract.md): every good row of a batch is windowed
+    and learned; a bad row is dead-lettered alone, with its own bytes; a batch of an unknown
+    version is dead-lettered whole."""
+    cluster = LocalCluster.isolated(tmp_path, broker=broker)
+    ns = cluster.namespace
+    rows = [metric("batch-cpu", i, float(i + 1)) for i in range(4)]
+    rows[1]["exec_ms"] = "slow"
+    try:
+        worker = cluster.start_worker()
+        cluster.wait_ready(worker)
+        asyncio.run(produce(broker, f"{ns}switchyard.metrics", [
+            ("batch-cpu-0", {"version": 2, "metrics": rows}),
+            ("batch-cpu-0", {"version": 9, "metrics": rows})]))
+        assert wait_for(lambda: sum(w["count"] for w in windows(cluster, "batch-cpu")
+                                    if w["window"] == "tumbling") == 3)
+        learned = wait_for(lambda: [m for m in cluster.api("/api/models")["models"]
+                                    if m.get("device_class") == "batch-cpu"])
+        assert learned[0]["samples"] == 3
+        dead = asyncio.run(consume_until(broker, f"{ns}switchyard.deadletter",
+                                         lambda m: len(m) >= 2, timeout_s=30))
+        by_reason = {d["value"]["reason"]: d["value"] for d in dead}
+        [row_reason] = [r for r in by_reason if "metric 1 of a batch of 4" in r]
+        assert "exec_ms" in row_reason and by_reason[row_reason]["stage"] == "learn"
+        assert json.loads(base64.b64decode(by_reason[row_reason]["raw_b64"])) == rows[1]
+        [version_reason] = [r for r in by_reason if "version 9" in r]
+        assert json.loads(base64.b64decode(by_reason[version_reason]["raw_b64"]))["version"] == 9
     finally:
         cluster.stop()

@@ -214,9 +214,9 @@ def start(port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR, secure: bool = Fa
                   else kafka_secure.secure_server_properties(port, port + 1, paths, secrets))
     paths.log_config.write_text(LOG4J2.format(log_file=paths.log_file))
     if not (paths.kraft / "meta.properties").exists():
-        cluster_id = _cluster_id()
+        new_id = cluster_id()
         proc = subprocess.run(
-            _java_cmd(java, paths, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+            _java_cmd(java, paths, "kafka.tools.StorageTool", "format", "--cluster-id", new_id,
                       "-c", str(paths.config), "--ignore-formatted"),
             capture_output=True, text=True,
         )
@@ -241,10 +241,17 @@ def start(port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR, secure: bool = Fa
     return bootstrap
 
 
-def _cluster_id() -> str:
+def cluster_id() -> str:
+    """A random cluster id as Kafka writes them (22 characters of URL-safe base64), never
+    starting with ``-``: the storage tool's argument parser takes such a value for an option
+    and refuses to format ("argument --cluster-id/-t: expected one argument"), one start in
+    64. Kafka's own ``Uuid.randomUuid`` draws again for the same reason."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not value.startswith("-"):
+            return value
 
 
 def stop(data_dir: Path = DEFAULT_DATA_DIR, timeout_s: float = 30.0) -> bool:

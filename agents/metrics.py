@@ -12,15 +12,14 @@ from typing import Any
 
 from agents.learn import learn_batch, parsed_batch
 from agents.window import window_batch
-from app.faust_patches import batches
 from app.main import app, settings, topics
 
 
 @app.agent(topics.metrics, concurrency=1)
 async def metrics(stream: Any) -> None:
     """Window and learn each batch of metrics."""
-    async for batch in batches(stream, settings.metric_batch_size,
-                               settings.metric_batch_within_s):
+    async for batch in stream.take_events(settings.metric_batch_size,
+                                          within=settings.metric_batch_within_s):
         # A rejected metric's dead letter names the stage ``learn``, as the contract lists it.
         parsed = await parsed_batch("learn", batch)
         if parsed:

@@ -9,7 +9,6 @@ from typing import Any
 
 from agents import state
 from app import observability
-from app.faust_patches import batches
 from app.main import app, settings, topics
 from app.records import HeartbeatRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
@@ -40,7 +39,7 @@ def parse_heartbeat(raw: bytes) -> HeartbeatRecord:
 @app.agent(topics.heartbeats, concurrency=1)
 async def registry(stream: Any) -> None:
     """Keep each device's last heartbeat; only the newest per device in a batch is written."""
-    async for batch in batches(stream, HEARTBEAT_BATCH, linger_s=0.2):
+    async for batch in stream.take_events(HEARTBEAT_BATCH, within=0.2):
         newest = {}
         for event in batch:
             try:

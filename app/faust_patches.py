@@ -21,8 +21,6 @@ instead of silently losing a guarantee.
   sought to their committed offsets *before* they are fetched again, not after.
 - ``install_direct_delivery``: a fetched record is handed to its stream's queue without four
   tasks and an ``asyncio.wait`` when the hand-over does not have to wait.
-- ``batches``: what every stage iterates instead of ``take_events`` (a batch is what arrived
-  while the stage worked on the previous one; no timer when work is queued, none when idle).
 - ``current_event``: the contextvar through which a table write finds its changelog partition.
 """
 
@@ -31,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from faust.streams import _current_event as current_event  # noqa: F401 - re-exported
@@ -356,66 +354,6 @@ def install_direct_delivery() -> None:
 
     Consumer.wait_first = wait_first  # type: ignore[method-assign]
     Consumer._switchyard_direct_delivery = True  # type: ignore[attr-defined]
-async def batches(stream: Any, max_events: int, linger_s: float = 0.0,
-                  ) -> AsyncIterator[list[Any]]:
-    """Batches of a Faust stream's events, for ``async for`` in an agent: Faust's
-    ``take_events`` without its two stalls.
-
-    ``take_events`` stops buffering while the agent works on a batch (its processor waits for
-    the batch to be consumed), then waits up to ``within`` for the next one even when records
-    are queued, and wakes every ``within`` when idle. At 300 workloads/s the decide stage got
-    four events per 5 ms window and fell minutes behind with the worker half idle. Here the
-    stream is drained into the buffer while the agent works, a batch is whatever is buffered
-    (up to ``max_events``) as soon as the agent asks, and an idle stage sleeps until an event
-    comes. ``linger_s`` > 0 waits that long for a batch to fill once its first event is in
-    (the metric stage: fewer table writes per metric at moderate load).
-
-    Events are acknowledged after the agent has finished with their batch, in order, as
-    ``take_events`` does: an offset is committed only after its event was processed. Uses
-    Faust's ``Stream.add_processor``, ``_enable_passive``, ``enable_acks`` and ``ack``.
-    """
-    buffer: list[Any] = []
-    arrived = asyncio.Event()
-    full = asyncio.Event()
-    room = asyncio.Event()
-    room.set()
-
-    async def add_to_buffer(value: Any) -> Any:
-        event = stream.current_event
-        if event is None:
-            raise RuntimeError("a buffered stream value has no current event")
-        while len(buffer) >= max_events:  # backpressure: the stream waits, then the consumer
-            room.clear()
-            await room.wait()
-        buffer.append(event)
-        arrived.set()
-        if len(buffer) >= max_events:
-            full.set()
-        return value
-
-    enable_acks = stream.enable_acks
-    stream.enable_acks = False
-    stream.add_processor(add_to_buffer)
-    stream._enable_passive(aiter(stream.channel))  # noqa: SLF001 - Faust's own take path
-    try:
-        while not stream.should_stop:
-            await arrived.wait()
-            if linger_s > 0 and len(buffer) < max_events:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(full.wait(), linger_s)
-            batch = buffer[:max_events]
-            del buffer[:max_events]
-            if len(buffer) < max_events:
-                full.clear()
-            if not buffer:
-                arrived.clear()
-            room.set()
-            yield batch
-            for event in batch:
-                await stream.ack(event)
-    finally:
-        stream.enable_acks = enable_acks
-        stream._processors.remove(add_to_buffer)  # noqa: SLF001
 
 
 def install() -> None:

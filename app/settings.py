@@ -120,17 +120,18 @@ class Settings(BaseSettings):
     rocksdb_write_buffer_mib: int = Field(default=4, ge=1)
     rocksdb_block_cache_mib: int = Field(default=8, ge=1)
 
-    # Every stage takes its stream in batches (app/faust_patches.py::batches): a batch is what
-    # arrived while the stage worked on the previous one, up to *_batch_size events, and the
-    # stage waits *_batch_within_s after a batch's first event for more (0: it does not wait).
     # --- Metric path batching (per-event table writes are the cost; see docs/architecture.md) ---
     metric_batch_size: int = Field(default=500, ge=1)
-    metric_batch_within_s: float = Field(default=0.25, ge=0)
-    # Workloads and outcomes: no wait, so a lone workload is decided at once.
+    metric_batch_within_s: float = Field(default=0.25, gt=0)
+
+    # Workloads are decided in batches (their routes are not awaited: agents/decide.py). A
+    # batch closes after this long: the added decision latency at low load, traded for
+    # throughput under load.
     decide_batch_size: int = Field(default=200, ge=1)
-    decide_batch_within_s: float = Field(default=0.0, ge=0)
+    decide_batch_within_s: float = Field(default=0.005, gt=0)
+    # Outcomes are completed in batches too (one table read of the offset ledger per batch).
     complete_batch_size: int = Field(default=200, ge=1)
-    complete_batch_within_s: float = Field(default=0.0, ge=0)
+    complete_batch_within_s: float = Field(default=0.005, gt=0)
 
     # --- Input limits ----------------------------------------------------------------------------
     max_elements: int = Field(default=2**28, ge=1, description="Inputs + output elements of one op.")

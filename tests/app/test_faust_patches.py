@@ -259,31 +259,3 @@ def test_the_consumer_uses_the_direct_hand_over() -> None:
     # The one call it speeds up is still the one Faust makes per fetched record.
     drain = " ".join(inspect.getsource(Consumer._drain_messages).split())
     assert "await self.wait_first( callback(message), self.suspend_flow.wait() )" in drain
-
-
-async def test_batches_hand_over_what_arrived_in_order_up_to_the_limit() -> None:
-    """``batches`` (what every stage iterates): the first event goes at once (no timer), what
-    arrives while the agent works is the next batch, never more than the limit, in order."""
-    import asyncio
-
-    import faust
-
-    test_app = faust.App("switchyard-test-batches", store="memory://")
-    got: list[list[int]] = []
-
-    @test_app.agent()
-    async def collect(stream: Any) -> Any:
-        async for batch in faust_patches.batches(stream, 3):
-            got.append([event.value for event in batch])
-            await asyncio.sleep(0.05)  # the agent at work: the stream keeps draining
-            yield len(batch)
-
-    async with collect.test_context() as agent:
-        await asyncio.wait_for(asyncio.gather(*(agent.put(i) for i in range(7))), 5)
-        for _ in range(100):
-            if sum(map(len, got)) == 7:
-                break
-            await asyncio.sleep(0.02)
-    assert got[0] == [0]
-    assert [v for batch in got for v in batch] == list(range(7))
-    assert all(1 <= len(batch) <= 3 for batch in got) and len(got) < 7

@@ -19,8 +19,6 @@ instead of silently losing a guarantee.
   the group when it stops cleanly (aiokafka skips the LeaveGroup for static members).
 - ``install_seek_before_resume``: at the end of a table recovery the stream partitions are
   sought to their committed offsets *before* they are fetched again, not after.
-- ``install_direct_delivery``: a fetched record is handed to its stream's queue without four
-  tasks and an ``asyncio.wait`` when the hand-over does not have to wait.
 - ``current_event``: the contextvar through which a table write finds its changelog partition.
 """
 
@@ -35,7 +33,6 @@ from typing import Any
 from faust.streams import _current_event as current_event  # noqa: F401 - re-exported
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
-from mode.services import WaitResults
 
 logger = logging.getLogger(__name__)
 TESTED_FAUST = "0.15"
@@ -280,82 +277,6 @@ def install_seek_before_resume() -> None:
     Recovery._switchyard_seek_first = True  # type: ignore[attr-defined]
 
 
-def _continue(coro: Any, pending: Any) -> Any:
-    """A generator that carries on a coroutine which has already yielded ``pending`` (a future
-    it waits for), exactly as awaiting it from the start would have: sends, throws (a
-    cancellation) and its return value pass through."""
-    while True:
-        try:
-            sent = yield pending
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:  # thrown in by the task running it: pass it on
-            try:
-                pending = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                pending = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value
-
-
-class _Started:
-    """An awaitable over a coroutine already started (see ``_continue``)."""
-
-    def __init__(self, coro: Any, pending: Any) -> None:
-        self.coro, self.pending = coro, pending
-
-    def __await__(self) -> Any:
-        return (yield from _continue(self.coro, self.pending))
-
-
-async def wait_first_direct(original: Callable[..., Awaitable[Any]], service: Any, *coros: Any,
-                            timeout: Any = None) -> Any:
-    """``Service.wait_first`` for the consumer, with a direct path for its one hot call.
-
-    For every fetched record, ``Consumer._drain_messages`` awaits
-    ``wait_first(callback(message), suspend_flow.wait())``: four tasks (the callback, the
-    suspension, the service's stopped and crashed events) and an ``asyncio.wait``, about a
-    fifth of the worker's time per record on one-row records (py-spy). Here the callback runs
-    first, in place: when it finishes without waiting (its stream's queue had room), that is
-    the result and no task is made. When it must wait, the started callback and the
-    suspension go to the original ``wait_first``, so a rebalance still interrupts a blocked
-    hand-over as before.
-    """
-    if (timeout is None and len(coros) == 2 and all(asyncio.iscoroutine(c) for c in coros)
-            and not service.suspend_flow.is_set() and not service._stopped.is_set()
-            and not service._crashed.is_set()):
-        deliver, suspended = coros
-        try:
-            pending = deliver.send(None)
-        except StopIteration as done:
-            suspended.close()
-            return WaitResults([deliver], [done.value], False)
-        except BaseException:
-            suspended.close()
-            raise
-        coros = (_Started(deliver, pending), suspended)
-    return await original(service, *coros, timeout=timeout)
-
-
-def install_direct_delivery() -> None:
-    """Hand fetched records to the streams without a task per record when nothing waits."""
-    from faust.transport.consumer import Consumer
-
-    if getattr(Consumer, "_switchyard_direct_delivery", False):
-        return
-    original = Consumer.wait_first
-
-    async def wait_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
-        return await wait_first_direct(original, self, *coros, timeout=timeout)
-
-    Consumer.wait_first = wait_first  # type: ignore[method-assign]
-    Consumer._switchyard_direct_delivery = True  # type: ignore[attr-defined]
-
-
 def install() -> None:
     """Every patch (idempotent, so importing twice is harmless)."""
     install_idempotent_producer()
@@ -365,4 +286,3 @@ def install() -> None:
     install_draining_flush()
     install_larger_producer_buffer()
     install_seek_before_resume()
-    install_direct_delivery()

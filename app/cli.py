@@ -49,7 +49,7 @@ def _executor(ns: argparse.Namespace) -> int:
 
     return run_executor(
         runtime=ns.runtime, device=ns.device, threads=ns.threads, device_id=ns.id,
-        slowdown_file=ns.slowdown_file, drift=ns.drift,
+        slowdown_file=ns.slowdown_file, drift=ns.drift, cpus=ns.cpus,
     )
 
 
@@ -64,7 +64,7 @@ def _profile(ns: argparse.Namespace) -> int:
     from app.profile import run_profile
 
     return run_profile(runtime=ns.runtime, device=ns.device, trace_path=Path(ns.trace),
-                       threads=ns.threads, repeats=ns.repeats)
+                       threads=ns.threads, repeats=ns.repeats, cpus=ns.cpus)
 
 
 def _demo(ns: argparse.Namespace) -> int:
@@ -122,8 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
                                "(CPU reference), or sim (a simulated device from the catalog)")
     executor.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N, or a sim model "
                           "(h100, a100, l4, tpu-v5e, jetson-orin, cpu-core) for --runtime sim")
-    executor.add_argument("--threads", type=int, default=None, help="intra-op threads (pin on "
-                          "shared machines)")
+    executor.add_argument("--threads", type=int, default=None, help="intra-op threads, and as "
+                          "many cores, enforced by CPU affinity (the least busy ones unless "
+                          "--cpus names them)")
+    executor.add_argument("--cpus", default=None, help="cores to pin to, e.g. 2 or 0-3 or 0,2 "
+                          "(default: --threads N takes the N least busy; neither: unpinned)")
     executor.add_argument("--id", default=None, help="device id (default: host-runtime-device-pid)")
     executor.add_argument("--slowdown-file", default=None, help="file holding a slowdown factor, "
                           "re-read before each op (drift experiments)")
@@ -150,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N or a sim model "
                          "(default cpu)")
     profile.add_argument("--trace", required=True, help="JSONL file of workloads")
-    profile.add_argument("--threads", type=int, default=None, help="intra-op threads")
+    profile.add_argument("--threads", type=int, default=None, help="intra-op threads, and as "
+                         "many cores (CPU affinity)")
+    profile.add_argument("--cpus", default=None, help="cores to pin to, e.g. 2 or 0-3")
     profile.add_argument("--repeats", type=int, default=5, help="timed runs per op and variant "
                          "(default 5)")
     profile.set_defaults(func=_profile)

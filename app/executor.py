@@ -45,6 +45,7 @@ from app.settings import Settings, get_settings
 from models.ops import SpecError
 from models.workload import WorkloadLimits, decode_json_bounded
 from runtimes import Runtime, get_runtime
+from runtimes.affinity import isolate
 from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import WorkResult, now_ms, perform, read_slowdown, route_id
 
@@ -85,12 +86,14 @@ class Executor:
         device_id: str | None = None,
         slowdown_file: str | None = None,
         threads: int | None = None,
+        cpus: tuple[int, ...] | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
         self.device_id = device_id or default_device_id(runtime)
         self.slowdown_file = slowdown_file
         self.threads = threads
+        self.cpus = list(cpus) if cpus else None
         self.limits = limits_from(settings)
         self.route_topic = topics.route_topic(runtime.device_class)
         # Namespaced like the topics, so isolated deployments sharing a cluster never share a group.
@@ -366,6 +369,7 @@ class Executor:
             memory_bytes=self._memory_bytes(),
             power_w=(self.nvml.power_w() if self.nvml else self.power.power_w()),
             threads=self.threads,
+            cpus=self.cpus,
             simulated=self.runtime.simulated,
             state=state,
         )
@@ -390,6 +394,7 @@ def run_executor(
     device_id: str | None,
     slowdown_file: str | None,
     drift: str | None,
+    cpus: str | None = None,
 ) -> int:
     """Build the runtime and serve its route topic until SIGTERM (blocking); the exit code."""
     settings = get_settings()
@@ -405,8 +410,14 @@ def run_executor(
     if runtime == "torch" and settings.torch_compile_cpu:
         options["compile_cpu"] = True
     try:
+        # Pinned before the runtime is built, so its thread pools start inside the mask.
+        threads, pinned = isolate(threads, cpus)
+    except (ValueError, OSError) as exc:
+        logger.error("cannot pin %s to cpus: %s", runtime, exc)
+        return 2
+    try:
         rt = get_runtime(runtime, device, threads=threads, **options)
     except (RuntimeError, ValueError, SpecError) as exc:
         logger.error("cannot start %s on %s: %s", runtime, device, exc)
         return 2
-    return run_loop(Executor(settings, rt, device_id, slowdown_file, threads).run())
+    return run_loop(Executor(settings, rt, device_id, slowdown_file, threads, pinned).run())

@@ -114,6 +114,8 @@ class HeartbeatRecord(_Wire):
     memory_bytes: int | None = None
     power_w: float | None = None
     threads: int | None = None
+    # The cores the executor is pinned to (runtimes/affinity.py); null where unpinned.
+    cpus: list[int] | None = None
     simulated: bool = False
     # "up" while serving; "stopping" in the last heartbeat of a clean shutdown.
     state: str = "up"

@@ -139,7 +139,8 @@ function renderDevices(devices) {
     cell(tr, fmt(d.queue_depth, 6));
     cell(tr, fmt(d.in_hand, 6));
     cell(tr, d.power_w === null || d.power_w === undefined ? "not measured" : fmt(d.power_w));
-    cell(tr, d.threads === null || d.threads === undefined ? "–" : String(d.threads));
+    const threads = d.threads === null || d.threads === undefined ? "–" : String(d.threads);
+    cell(tr, Array.isArray(d.cpus) ? `${threads} on cpu ${d.cpus.join(",")}` : threads);
     cell(tr, d.seen_ms_ago === null ? "never" : fmt(d.seen_ms_ago / 1000, 3) + " s ago");
   });
 }

@@ -33,6 +33,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from app import topics
 from app.admin import contract_topics, ensure_topics
 from app.loop import run as run_loop
+from app.loop import tune_gc
 from app.producing import RenewingProducer
 from app.records import (
     DeadLetterRecord,
@@ -420,4 +421,5 @@ def run_executor(
     except (RuntimeError, ValueError, SpecError) as exc:
         logger.error("cannot start %s on %s: %s", runtime, device, exc)
         return 2
+    tune_gc(settings.gc_gen0_threshold)  # the runtime's modules are loaded: freeze them
     return run_loop(Executor(settings, rt, device_id, slowdown_file, threads, pinned).run())

@@ -178,7 +178,10 @@ def main() -> None:
     if not (len(sys.argv) > 1 and sys.argv[1] == "worker"):
         app.main()
         return
+    from app.loop import tune_gc
+
     marker = discard_state_after_crash()
+    tune_gc(settings.gc_gen0_threshold)
     try:
         app.main()
     except SystemExit as exc:

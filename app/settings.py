@@ -120,6 +120,12 @@ class Settings(BaseSettings):
     rocksdb_write_buffer_mib: int = Field(default=4, ge=1)
     rocksdb_block_cache_mib: int = Field(default=8, ge=1)
 
+    # Python's cyclic garbage collector: a young-generation collection every this many
+    # allocations (CPython's default is 700). A worker holds a large, long-lived heap (Faust,
+    # tables' caches) that the default's frequent full collections walked again and again:
+    # half of the metric path's JSON decoding time (docs/architecture.md). 0 keeps Python's.
+    gc_gen0_threshold: int = Field(default=50_000, ge=0)
+
     # --- Metric path batching (per-event table writes are the cost; see docs/architecture.md) ---
     metric_batch_size: int = Field(default=500, ge=1)
     metric_batch_within_s: float = Field(default=0.25, gt=0)

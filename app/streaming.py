@@ -103,11 +103,47 @@ def _is_kind(value: Any, kind: str) -> bool:
             and math.isfinite(value))  # "number"
 
 
+_CHECKERS: dict[tuple[int, int], tuple[dict[str, str], dict[str, str] | None, Any]] = {}
+
+
+def _compile_checker(required: dict[str, str], optional: dict[str, str] | None) -> Any:
+    """A function ``check(data) -> bool``: True when every field has the class JSON decodes
+    its kind to (a float finite, an optional field possibly null), in straight-line code built
+    once per pair of field dicts, as ``dataclasses`` builds its methods; False sends the record
+    to the full check, which says what is wrong."""
+    lines = ["def check(data):", "    get = data.get"]
+    env: dict[str, Any] = {"isfinite": math.isfinite, "ABSENT": object()}
+    for i, (name, kind) in enumerate([*required.items(), *(optional or {}).items()]):
+        env[f"c{i}"] = _DECODED[kind]
+        nullable = i >= len(required)
+        lines.append(f"    v = get({name!r}{'' if nullable else ', ABSENT'})")
+        test = f"v.__class__ is not c{i}"
+        if kind == "number":
+            test = f"({test} or not isfinite(v))"
+        lines.append(f"    if {'v is not None and ' if nullable else ''}{test}: return False")
+    lines.append("    return True")
+    exec("\n".join(lines), env)  # noqa: S102  (generated from the field dicts above only)
+    return env["check"]
+
+
+def _checker(required: dict[str, str], optional: dict[str, str] | None) -> Any:
+    """The compiled check of a pair of field dicts (module constants; a new dict object gets
+    its own)."""
+    key = (id(required), id(optional))
+    cached = _CHECKERS.get(key)
+    if cached is None or cached[0] is not required or cached[1] is not optional:
+        cached = (required, optional, _compile_checker(required, optional))
+        _CHECKERS[key] = cached
+    return cached[2]
+
+
 def check_fields(data: dict[str, Any], what: str, required: dict[str, str],
                  optional: dict[str, str] | None = None) -> None:
     """Refuse a record whose fields are missing or of the wrong kind (string, number,
     integer, boolean, object, list; optional ones may be null). Faust records do not check types,
     and a mistyped field stored in a table crashes whichever stage reads it later."""
+    if _checker(required, optional)(data):
+        return  # every field of exactly the decoded class: the common case, settled at once
     missing = [name for name in required if name not in data]
     if missing:
         raise ValueError(f"{what} lacks {', '.join(missing)}")
@@ -115,11 +151,6 @@ def check_fields(data: dict[str, Any], what: str, required: dict[str, str],
         for name, kind in fields.items():
             value: Any = data.get(name)
             if value is None and may_be_null:
-                continue
-            cls = value.__class__
-            # The class JSON decodes the kind to: settled without a call (a float must still
-            # be finite); anything else takes the full check.
-            if cls is _DECODED[kind] and (cls is not float or math.isfinite(value)):
                 continue
             if not _is_kind(value, kind):
                 raise ValueError(f"{what} {name} must be a {kind}, got {type(value).__name__}")

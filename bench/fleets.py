@@ -116,28 +116,51 @@ def sim_true_ms(classes: Sequence[str], ops: Sequence[OpSpec], precisions: Seque
     return table
 
 
-def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
-                 repeats: int) -> dict[str, dict[str, float]]:
-    """An exhaustive pre-profile, in this process, one thread per runtime: the median time of
-    every (op, variant) each runtime offers at the given precisions."""
+def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str],
+                     repeats: int) -> tuple[str, dict[str, float]]:
+    """One runtime's column of the pre-profile, in a child process pinned to one core as the
+    executors are (runtimes/affinity.py): (device class, {profile key: median ms})."""
     from app.profile import profile_op
     from runtimes import VariantRefused, get_runtime
+    from runtimes.affinity import isolate
+
+    threads, _ = isolate(1, None)
+    runtime = get_runtime(name, "cpu", threads=threads)
+    entries: dict[str, float] = {}
+    for op in ops:
+        for kind, precision, mode in runtime.capabilities():
+            if kind != op.kind or precision not in precisions:
+                continue
+            variant = Variant(precision, mode)
+            try:
+                row = profile_op(runtime, op, variant, repeats)
+            except (VariantRefused, RuntimeError, MemoryError) as exc:
+                logger.warning("profile %s %s %s: %s", name, op.kind, variant, exc)
+                continue
+            entries[profile_key(op, variant)] = float(row["median_ms"])
+    return runtime.device_class, entries
+
+
+def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
+                 repeats: int) -> dict[str, dict[str, float]]:
+    """An exhaustive pre-profile, one runtime at a time, each in a fresh process on one core
+    with one thread (as its executor will run): the median time of every (op, variant) each
+    runtime offers at the given precisions. In this process, unpinned, JAX's fp32 ran on ~1.7
+    cores and the oracle planned with times no executor could meet."""
+    import json
+    import subprocess
+    import sys
 
     table: dict[str, dict[str, float]] = {}
+    request = json.dumps({"ops": [op.to_dict() for op in ops], "precisions": list(precisions),
+                          "repeats": repeats})
     for name in runtimes:
-        runtime = get_runtime(name, "cpu", threads=1)
-        entries = table.setdefault(runtime.device_class, {})
-        for op in ops:
-            for kind, precision, mode in runtime.capabilities():
-                if kind != op.kind or precision not in precisions:
-                    continue
-                variant = Variant(precision, mode)
-                try:
-                    row = profile_op(runtime, op, variant, repeats)
-                except (VariantRefused, RuntimeError, MemoryError) as exc:
-                    logger.warning("profile %s %s %s: %s", name, op.kind, variant, exc)
-                    continue
-                entries[profile_key(op, variant)] = float(row["median_ms"])
+        done = subprocess.run([sys.executable, "-m", "bench.fleets", name], input=request,
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"profiling {name} failed: {done.stderr[-2000:]}")
+        device_class, entries = json.loads(done.stdout.strip().splitlines()[-1])
+        table.setdefault(device_class, {}).update(entries)
     return table
 
 
@@ -197,3 +220,14 @@ def build_trace(mix: Sequence[tuple[float, dict[str, Any]]], count: int, rate: f
         workload["deadline_ms"] = round(DEADLINE_FLOOR_MS + DEADLINE_SLACK * best, 3)
     arrivals = np.cumsum(poisson_gaps(count, rate, seed))
     return workloads, arrivals
+
+
+if __name__ == "__main__":  # one runtime's pre-profile, for live_true_ms (JSON in and out)
+    import json
+    import sys
+
+    from models.ops import parse_op
+
+    asked = json.loads(sys.stdin.read())
+    print(json.dumps(_profile_runtime(sys.argv[1], [parse_op(o) for o in asked["ops"]],
+                                      asked["precisions"], int(asked["repeats"]))))

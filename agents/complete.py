@@ -17,6 +17,7 @@ from app.main import app, settings, topics
 from app.records import ResultRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context
 from app.tables import completed, inflight, input_offsets
+from models.backlog import charge_of
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
@@ -69,7 +70,23 @@ async def complete_one(event: Any) -> None:
     observability.inc("switchyard_results_total", device_class=outcome.device_class,
                       status=outcome.status)
     if entry:
+        if outcome.status == "ok" and outcome.device_class == entry.get("device_class"):
+            # How long the class really took against what it was charged: its pace scales
+            # the wait the next decisions expect behind its queue (models/backlog.py).
+            state.backlog.observe(outcome.device_class, charge_of(entry), service_ms(outcome))
         close_inflight(outcome, entry)
+
+
+def service_ms(outcome: ResultRecord) -> float:
+    """How long the executor held the workload: from taking it off its queue to its outcome
+    (inputs made, setup, execution, checksum), from the outcome's own timestamps; the
+    execution plus setup where they are missing. On the live CPU executors making the inputs
+    and the checksum took 1-3x the execution itself."""
+    if outcome.finished_at_ms is not None and outcome.decided_at_ms is not None:
+        held = outcome.finished_at_ms - outcome.decided_at_ms - outcome.queue_ms
+        if held > 0:
+            return float(held)
+    return float(outcome.latency_ms) + float(outcome.compile_ms or 0.0)
 
 
 def close_inflight(outcome: ResultRecord, entry: dict[str, Any]) -> None:

@@ -9,9 +9,16 @@ own cost two changelog records per workload and most of the replay after a resta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# How fast a class's pace follows its completions (weight of the newest), and how far it may
+# stray from the predictions (a ratio outside this is a model that has not learned yet, or a
+# broken measurement: it is held at the bound rather than trusted).
+PACE_ALPHA = 0.1
+PACE_BOUNDS = (0.25, 8.0)
 
 
 def charge_of(entry: Mapping[str, Any]) -> float:
@@ -40,6 +47,7 @@ class Backlog:
 
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
+        self._log_pace: dict[str, float] = {}
 
     def add(self, device_class: str, ms: float, count: int = 1) -> None:
         """Charge (or, with negative numbers, release) work to a class; never below zero."""
@@ -63,16 +71,37 @@ class Backlog:
                 self.add_entry(entry)
 
     def ms(self, device_class: str, per_workload_ms: float = 0.0) -> float:
-        """Predicted ms of a class's unfinished work, plus ``per_workload_ms`` for each
-        workload (the executor's dispatch overhead outside the measured execution)."""
+        """Expected ms of a class's unfinished work: the predicted ms charged for it scaled by
+        the class's pace (how long its work has really taken per predicted ms), plus
+        ``per_workload_ms`` for each workload (the executor's dispatch overhead outside the
+        measured execution)."""
         held = self._held.get(device_class)
         if held is None:
             return 0.0
-        return held.ms + held.count * per_workload_ms
+        return held.ms * self.pace(device_class) + held.count * per_workload_ms
+
+    def observe(self, device_class: str, charged_ms: float, measured_ms: float) -> None:
+        """A finished workload of the class: charged ``charged_ms`` when routed, it took
+        ``measured_ms`` (execution plus any setup) on the executor."""
+        if not (charged_ms > 0.0 and measured_ms > 0.0
+                and math.isfinite(charged_ms) and math.isfinite(measured_ms)):
+            return
+        low, high = PACE_BOUNDS
+        step = math.log(min(max(measured_ms / charged_ms, low), high))
+        current = self._log_pace.get(device_class)
+        self._log_pace[device_class] = (step if current is None
+                                        else current + PACE_ALPHA * (step - current))
+
+    def pace(self, device_class: str) -> float:
+        """Measured ÷ predicted time of the class's recent work (geometric mean, recent
+        completions weighted most; 1.0 before any): a class running slower than its model
+        predicts holds proportionally more waiting work than its charges add up to."""
+        return math.exp(self._log_pace.get(device_class, 0.0))
 
     def by_class(self) -> dict[str, dict[str, float]]:
-        """``{class: {"ms": predicted ms, "count": workloads}}`` for every class seen."""
-        return {c: h.as_dict() for c, h in self._held.items()}
+        """``{class: {"ms": predicted ms, "count": workloads, "pace": measured ÷ predicted}}``
+        for every class seen."""
+        return {c: {**h.as_dict(), "pace": self.pace(c)} for c, h in self._held.items()}
 
     def busy_classes(self) -> set[str]:
         """Classes holding at least one unfinished workload."""

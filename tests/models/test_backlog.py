@@ -36,7 +36,7 @@ def test_ms_adds_the_per_workload_overhead_and_never_goes_negative() -> None:
     backlog.remove_entry(entry("a", 50.0))
     backlog.remove_entry(entry("a", 50.0))
     backlog.remove_entry(entry("a", 50.0))
-    assert backlog.by_class() == {"a": {"ms": 0.0, "count": 0}}
+    assert backlog.by_class() == {"a": {"ms": 0.0, "count": 0, "pace": 1.0}}
     assert backlog.busy_classes() == set()
 
 
@@ -46,3 +46,32 @@ def test_a_class_with_work_is_busy_and_old_entries_charge_their_prediction() -> 
     assert backlog.busy_classes() == {"c"}
     assert charge_of({"predicted_ms": 3.0}) == 3.0
     assert backlog.ms("c") == 3.0
+
+
+def test_pace_scales_the_expected_wait_of_a_class_slower_than_predicted() -> None:
+    backlog = Backlog()
+    backlog.add("slow", 100.0, 10)
+    backlog.add("fast", 100.0, 10)
+    assert backlog.ms("slow") == pytest.approx(100.0)  # no completion yet: the charges
+    for _ in range(60):  # the slow class takes 3x what it was charged, the fast one 1x
+        backlog.observe("slow", charged_ms=10.0, measured_ms=30.0)
+        backlog.observe("fast", charged_ms=10.0, measured_ms=10.0)
+    assert backlog.pace("slow") == pytest.approx(3.0)
+    assert backlog.ms("slow", per_workload_ms=1.0) == pytest.approx(300.0 + 10.0)
+    assert backlog.ms("fast") == pytest.approx(100.0)
+    assert backlog.by_class()["slow"]["pace"] == pytest.approx(3.0)
+    backlog.rebuild([])  # a rebalance: the charges are rebuilt, the class keeps its pace
+    assert backlog.pace("slow") == pytest.approx(3.0)
+
+
+def test_pace_follows_recent_completions_within_bounds_and_ignores_bad_ones() -> None:
+    backlog = Backlog()
+    backlog.observe("a", 10.0, 1000.0)  # 100x: held at the upper bound
+    assert backlog.pace("a") == pytest.approx(8.0)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        backlog.observe("a", bad, 10.0)
+        backlog.observe("a", 10.0, bad)
+    assert backlog.pace("a") == pytest.approx(8.0)
+    for _ in range(200):  # back on pace: the ratio returns to 1
+        backlog.observe("a", 10.0, 10.0)
+    assert backlog.pace("a") == pytest.approx(1.0, rel=1e-6)

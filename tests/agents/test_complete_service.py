@@ -1,0 +1,27 @@
+"""How long an executor held a workload, from its outcome (agents/complete.py::service_ms):
+what a class's pace (models/backlog.py) compares with the time it was charged."""
+
+from __future__ import annotations
+
+from agents.complete import service_ms
+from app.records import ResultRecord
+
+
+def outcome(**fields: object) -> ResultRecord:
+    base = {"id": "w", "status": "ok", "device_id": "d", "device_class": "c",
+            "variant": {"precision": "fp32", "mode": "eager"}, "latency_ms": 10.0,
+            "queue_ms": 40.0}
+    return ResultRecord(**{**base, **fields})
+
+
+def test_service_time_is_taken_from_the_outcome_timestamps() -> None:
+    # Decided at 1,000; taken off the queue 40 ms later; finished at 1,100: held 60 ms, of
+    # which 10 ms were the execution (the rest: inputs, checksum).
+    assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_100)) == 60.0
+
+
+def test_without_timestamps_it_is_the_execution_plus_setup() -> None:
+    assert service_ms(outcome()) == 10.0
+    assert service_ms(outcome(compile_ms=5.0)) == 15.0
+    # A clock that disagrees (finished before it started): the measured execution instead.
+    assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_020, compile_ms=1.0)) == 11.0

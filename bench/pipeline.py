@@ -46,6 +46,7 @@ from models.traces import poisson_gaps, synthetic_trace
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench")) / "pipeline"
 CPU_ROLES = ("worker", "executors", "broker", "load generator")
 METRIC_PARTITIONS = 4  # the settings' default metric_partitions
+METRIC_BATCH_MULTIPLE = 5  # the batch form's metrics, as a multiple of the one-row form's
 # Rows per metrics record: one execution a record, and an executor's batch under load (the
 # rows it ran within its linger, up to executor_metric_batch_rows).
 METRIC_FORMS = (1, 64)
@@ -297,14 +298,17 @@ def report(results: dict[str, Any], quick: bool) -> str:
     parts = [section_header("Pipeline throughput and latency", command, results["machine"],
                             quick)]
     parts.append(
-        f"**Metric path.** {forms[0]['metrics']} synthetic metrics ({len(METRIC_CLASSES)} "
-        f"classes, {METRIC_PARTITIONS} partitions) waiting in the topic when a fresh worker "
-        "starts, once as one record per execution and once in the metrics topic's batch form "
+        f"**Metric path.** {' and '.join(str(m['metrics']) for m in forms)} synthetic "
+        f"metrics ({len(METRIC_CLASSES)} classes, {METRIC_PARTITIONS} partitions) waiting in the "
+        "topic when a fresh worker starts, as one record per execution and in the metrics "
+        "topic's batch form "
         "(docs/contract.md: rows of one class per record, as an executor publishes what it ran "
         "within its linger). The worker's rate is the slope of its consumer group's committed "
         "offsets from 10 % to 90 % (both the window and the learn stage have processed what is "
         "committed), in rows (executions) per second; the raw rate is one aiokafka consumer "
-        "(`getmany` + `json.loads`, rows counted) reading the same topic afterwards.")
+        "(`getmany` + `json.loads`, rows counted) reading the same topic afterwards."
+        + "".join(f" Measured {forms[0]['measured_at']}." for _ in [0]
+                  if forms and forms[0].get("measured_at")))
     parts.append(markdown_table(
         ["rows / record", "worker (window + learn)", "raw aiokafka consumer", "worker ÷ raw",
          "worker records /s", "producer", "rows learned"],
@@ -321,7 +325,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "round trip = completion (produced → result received) − executor queue − execution. "
         "CPU ms per workload = CPU time (user + system) a process used during the load, over "
         "the load's workloads; every process shares this machine's 2 cores, so the sum of the "
-        "last four columns is what one workload costs the machine.")
+        "last four columns is what one workload costs the machine."
+        + (f" Measured {d['measured_at']}." if d.get("measured_at") else ""))
     rows = []
     for load in d["loads"].values():
         dl, ko = load["decision_latency_ms"], load["kafka_overhead_ms"]
@@ -343,15 +348,30 @@ def run(quick: bool, out_dir: Path) -> int:
     info = machine()
     count, rates, seconds = (20_000, [10.0, 40.0, 80.0], 10.0) if quick else (
         100_000, [10.0, 25.0, 50.0, 100.0, 200.0, 400.0], 30.0)
-    metric = []
-    for rows_per_record in METRIC_FORMS:
-        form = metric_path(count, rows_per_record)
-        metric.append(form)
-        print(f"[pipeline] metric path, {rows_per_record} row(s)/record: worker "
-              f"{fmt(form['worker_rate_per_s'], '.0f')} rows/s, raw "
-              f"{fmt(form['raw_consumer_rate_per_s'], '.0f')} rows/s", flush=True)
-    results = {"machine": info, "quick": quick, "metric_path": metric,
-               "decide_path": decide_path(rates, seconds)}
+    # SWITCHYARD_BENCH_PARTS=metric (or decide) re-runs one part of the full mode and keeps the
+    # other's figures from the last run.
+    parts = [p for p in os.environ.get("SWITCHYARD_BENCH_PARTS", "").split(",") if p]
+    previous = out_dir / "pipeline.json"
+    results: dict[str, Any] = {"machine": info, "quick": quick}
+    if parts and previous.exists():
+        results = {**json.loads(previous.read_text()), "machine": info, "quick": quick}
+    if not parts or "metric" in parts:
+        metric = []
+        for rows_per_record in METRIC_FORMS:
+            # Batch records go ~10x faster: more of them, so that the slope spans several of
+            # the worker's 1 s offset commits.
+            form = metric_path(count * (METRIC_BATCH_MULTIPLE if rows_per_record > 1 else 1),
+                               rows_per_record)
+            form["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            metric.append(form)
+            print(f"[pipeline] metric path, {rows_per_record} row(s)/record: worker "
+                  f"{fmt(form['worker_rate_per_s'], '.0f')} rows/s, raw "
+                  f"{fmt(form['raw_consumer_rate_per_s'], '.0f')} rows/s", flush=True)
+        results["metric_path"] = metric
+    if not parts or "decide" in parts:
+        results["decide_path"] = decide_path(rates, seconds)
+        results["decide_path"]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC",
+                                                              time.gmtime())
     write_json(out_dir, "pipeline", results)
     plot(results, out_dir)
     update_benchmarks_md("pipeline", report(results, quick))

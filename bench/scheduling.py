@@ -187,7 +187,8 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
         "load_of_fp32_capacity": prepared["load"],
         "workloads": len(prepared["workloads"]), "trace_seconds": float(prepared["arrivals"][-1]),
         "deadline_rule": f"{fleets.DEADLINE_FLOOR_MS:.0f} ms + {fleets.DEADLINE_SLACK:g} x "
-                         "best true execution time", "policies": {}}
+                         "best true execution time", "policies": {},
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for policy in policies:
         started = time.monotonic()
         try:
@@ -251,16 +252,22 @@ def report(results: dict[str, Any], quick: bool) -> str:
     parts.append(
         "Each policy ran the same trace on a fresh cluster (new namespace, app id, worker and "
         "executor processes) through the real broker. Completion = workload produced → its "
-        "result received by the client. Arrivals are Poisson at 70 % of the fleet's fluid "
-        "capacity (perfect split of each op type over classes, true costs). Workloads without "
-        "a result when the drain period ended count with their censored time (a lower bound). "
-        "Energy: only where an executor measured it (RAPL/NVML), otherwise –.\n")
+        "result received by the client. Arrivals are Poisson at 70 % (simulated sets) or "
+        f"{100 * LIVE_TARGET_LOAD:.0f} % (live sets, whose executors share the cores with the "
+        "worker and the broker) of the fleet's fp32 fluid capacity (perfect split of each op "
+        "type over classes, true costs). A live set's true costs are a pre-profile of each "
+        "runtime in a process of its own pinned to one core with one thread, as its executor "
+        "runs: the execution plus what the executor spends around it (inputs made from the "
+        "seed, the output's checksum). Workloads without a result when the drain period ended "
+        "count with their censored time (a lower bound). Energy: only where an executor "
+        "measured it (RAPL/NVML), otherwise –.\n")
     for name, data in results["sets"].items():
         parts.append(f"### {name}\n\nFleet: {', '.join(data['fleet'])}; precisions "
                      f"{', '.join(data['precisions'])}; {data['workloads']} workloads over "
                      f"{data['trace_seconds']:.0f} s at {data['rate_per_s']:.1f}/s (capacity "
                      f"{data['capacity_per_s']:.1f}/s); static = {data['static_class']}; "
-                     f"deadline = {data['deadline_rule']}.")
+                     f"deadline = {data['deadline_rule']}."
+                     + (f" Measured {data['measured_at']}." if data.get("measured_at") else ""))
         if data["time_scale"] != 1.0:
             parts.append(f"Simulated devices (every figure here is SIMULATED), all slowed "
                          f"uniformly by {data['time_scale']:.2f}x so the 2-core pipeline can "

@@ -328,7 +328,7 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "last four columns is what one workload costs the machine."
         + (f" Measured {d['measured_at']}." if d.get("measured_at") else ""))
     rows = []
-    for load in d["loads"].values():
+    for load in sorted(d["loads"].values(), key=lambda entry: entry["offered_per_s"]):
         dl, ko = load["decision_latency_ms"], load["kafka_overhead_ms"]
         rows.append([f"{load['offered_per_s']:g}", fmt(load["decisions_per_s"]),
                      fmt(dl["p50"]), fmt(dl["p99"]), fmt(ko["p50"]), fmt(ko["p99"]),

@@ -258,7 +258,10 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "type over classes, true costs). A live set's true costs are a pre-profile of each "
         "runtime in a process of its own pinned to one core with one thread, as its executor "
         "runs: the execution plus what the executor spends around it (inputs made from the "
-        "seed, the output's checksum). Workloads without a result when the drain period ended "
+        "seed, the output's checksum). The live oracle plans with that profile, not with the "
+        "times the executors then see side by side on two shared cores: where another policy "
+        "beats it, the profile was off, and a ratio to the oracle is a ratio to its plan. "
+        "Workloads without a result when the drain period ended "
         "count with their censored time (a lower bound). Energy: only where an executor "
         "measured it (RAPL/NVML), otherwise –.\n")
     for name, data in results["sets"].items():

@@ -19,7 +19,7 @@ import numpy as np
 from models.ops import OpSpec, SpecError, Variant, make_inputs, reference
 from models.workload import parse_workload
 from runtimes import Runtime, VariantRefused, get_runtime
-from runtimes.affinity import format_cpus, isolate
+from runtimes.affinity import cores_given_back, format_cpus, isolate
 from runtimes.check import relative_error
 
 logger = logging.getLogger(__name__)
@@ -126,20 +126,21 @@ def run_profile(
         return 2
     for problem in problems:
         print(f"skipped {problem}", file=sys.stderr)
-    try:
-        threads, pinned = isolate(threads, cpus)
-    except (ValueError, OSError) as exc:
-        print(f"cannot pin to cpus: {exc}", file=sys.stderr)
-        return 2
-    try:
-        rt = get_runtime(runtime, device, threads=threads)
-    except (RuntimeError, ValueError) as exc:
-        print(f"cannot start {runtime} on {device}: {exc}", file=sys.stderr)
-        return 2
-    label = " (SIMULATED)" if rt.simulated else ""
-    where = f", pinned to cpu(s) {format_cpus(pinned)}" if pinned else ""
-    print(f"{rt.device_class}{label}: {len(specs)} distinct ops, {repeats} timed runs each"
-          f"{where}\n")
-    rows = profile_specs(rt, specs, repeats)
-    print(format_table(rows))
-    return 0
+    with cores_given_back():  # run_profile is also called from Python
+        try:
+            threads, pinned = isolate(threads, cpus)
+        except (ValueError, OSError) as exc:
+            print(f"cannot pin to cpus: {exc}", file=sys.stderr)
+            return 2
+        try:
+            rt = get_runtime(runtime, device, threads=threads)
+        except (RuntimeError, ValueError) as exc:
+            print(f"cannot start {runtime} on {device}: {exc}", file=sys.stderr)
+            return 2
+        label = " (SIMULATED)" if rt.simulated else ""
+        where = f", pinned to cpu(s) {format_cpus(pinned)}" if pinned else ""
+        print(f"{rt.device_class}{label}: {len(specs)} distinct ops, {repeats} timed runs "
+              f"each{where}\n")
+        rows = profile_specs(rt, specs, repeats)
+        print(format_table(rows))
+        return 0

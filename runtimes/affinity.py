@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -114,15 +115,18 @@ def format_cpus(cpus: Iterable[int]) -> str:
     return ",".join(out)
 
 
-def pin_process(cpus: tuple[int, ...]) -> None:
-    """Restrict every thread of this process, and each it starts later, to ``cpus``."""
-    mask = set(cpus)
+def _set_all_threads(mask: set[int]) -> None:
     os.sched_setaffinity(0, mask)  # the calling thread: threads it starts inherit the mask
     for task in Path("/proc/self/task").iterdir():
         try:
             os.sched_setaffinity(int(task.name), mask)
         except (ProcessLookupError, ValueError):
             continue  # a thread that ended meanwhile
+
+
+def pin_process(cpus: tuple[int, ...]) -> None:
+    """Restrict every thread of this process, and each it starts later, to ``cpus``."""
+    _set_all_threads(set(cpus))
     logger.info("pinned to cpu(s) %s", format_cpus(cpus))
 
 
@@ -135,3 +139,14 @@ def isolate(threads: int | None, cpus: str | None) -> tuple[int | None, tuple[in
         return threads, None
     pin_process(chosen)
     return (len(chosen) if threads is None else threads), chosen
+
+
+@contextmanager
+def cores_given_back() -> Iterator[None]:
+    """On exit, every thread of the process gets back the cores it may use now: for pinning
+    done inside a longer-lived process (``run_profile`` called from Python, a test)."""
+    before = set(os.sched_getaffinity(0))
+    try:
+        yield
+    finally:
+        _set_all_threads(before)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,13 @@ def test_trace_ops_are_distinct_and_bad_lines_reported(trace: Path) -> None:
 def test_profile_prints_a_row_per_op_and_variant(
     trace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    cores = os.sched_getaffinity(0)
     assert run_profile("numpy", "cpu", trace, threads=1, repeats=3) == 0
+    # Pinned to one core while it profiled, and the calling process got its cores back (the
+    # pin once leaked into the test run: every later test ran on one core).
+    assert os.sched_getaffinity(0) == cores
     out = capsys.readouterr()
+    assert "pinned to cpu(s)" in out.out
     rows = [line for line in out.out.splitlines() if line.startswith(("matmul:", "softmax:"))]
     assert len(rows) == 2 and all("fp32/eager" in r for r in rows)
     assert "skipped line 4" in out.err

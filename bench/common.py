@@ -65,8 +65,13 @@ def machine() -> dict[str, Any]:
         "gpus": gpu_names(),
         "python": platform.python_version(),
         "load_average_at_start": load,
-        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date_utc": now_utc(),
     }
+
+
+def now_utc() -> str:
+    """The time now as the reports print it (``2026-12-04 03:27 UTC``)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def machine_line(info: Mapping[str, Any]) -> str:

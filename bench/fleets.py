@@ -7,7 +7,10 @@ Benchmarks offer a fixed fraction of it (70 %) so that queueing, not idleness, d
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -148,6 +151,7 @@ def handling_ms(runtime: Any, op: OpSpec, repeats: int) -> float:
     seed and the checksum of its output (median ms). On this CPU it is 1-3x the execution of
     the live mix's large ops, so a profile of the execution alone overstated the executors'
     capacity and the oracle queued for seconds."""
+    from runtimes import VariantRefused
     from runtimes.work import checksum
 
     times = []
@@ -157,7 +161,7 @@ def handling_ms(runtime: Any, op: OpSpec, repeats: int) -> float:
         made = time.perf_counter()
         try:
             output = runtime.execute(op, Variant("fp32", "eager"), inputs).output
-        except Exception:  # noqa: BLE001 - no fp32 eager here: the inputs' cost alone
+        except (VariantRefused, RuntimeError, MemoryError):  # the inputs' cost alone
             output = None
         summed = time.perf_counter()
         if output is not None:
@@ -172,10 +176,6 @@ def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Seq
     with one thread (as its executor will run): the median time of every (op, variant) each
     runtime offers at the given precisions. In this process, unpinned, JAX's fp32 ran on ~1.7
     cores and the oracle planned with times no executor could meet."""
-    import json
-    import subprocess
-    import sys
-
     table: dict[str, dict[str, float]] = {}
     request = json.dumps({"ops": [op.to_dict() for op in ops], "precisions": list(precisions),
                           "repeats": repeats})
@@ -248,11 +248,6 @@ def build_trace(mix: Sequence[tuple[float, dict[str, Any]]], count: int, rate: f
 
 
 if __name__ == "__main__":  # one runtime's pre-profile, for live_true_ms (JSON in and out)
-    import json
-    import sys
-
-    from models.ops import parse_op
-
     asked = json.loads(sys.stdin.read())
     print(json.dumps(_profile_runtime(sys.argv[1], [parse_op(o) for o in asked["ops"]],
                                       asked["precisions"], int(asked["repeats"]))))

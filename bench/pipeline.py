@@ -33,6 +33,7 @@ from bench.common import (
     fmt,
     machine,
     markdown_table,
+    now_utc,
     pyplot,
     save_figure,
     section_header,
@@ -307,8 +308,7 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "offsets from 10 % to 90 % (both the window and the learn stage have processed what is "
         "committed), in rows (executions) per second; the raw rate is one aiokafka consumer "
         "(`getmany` + `json.loads`, rows counted) reading the same topic afterwards."
-        + "".join(f" Measured {forms[0]['measured_at']}." for _ in [0]
-                  if forms and forms[0].get("measured_at")))
+        + (f" Measured {forms[0]['measured_at']}." if forms[0].get("measured_at") else ""))
     parts.append(markdown_table(
         ["rows / record", "worker (window + learn)", "raw aiokafka consumer", "worker ÷ raw",
          "worker records /s", "producer", "rows learned"],
@@ -362,7 +362,7 @@ def run(quick: bool, out_dir: Path) -> int:
             # the worker's 1 s offset commits.
             form = metric_path(count * (METRIC_BATCH_MULTIPLE if rows_per_record > 1 else 1),
                                rows_per_record)
-            form["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            form["measured_at"] = now_utc()
             metric.append(form)
             print(f"[pipeline] metric path, {rows_per_record} row(s)/record: worker "
                   f"{fmt(form['worker_rate_per_s'], '.0f')} rows/s, raw "
@@ -370,8 +370,7 @@ def run(quick: bool, out_dir: Path) -> int:
         results["metric_path"] = metric
     if not parts or "decide" in parts:
         results["decide_path"] = decide_path(rates, seconds)
-        results["decide_path"]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC",
-                                                              time.gmtime())
+        results["decide_path"]["measured_at"] = now_utc()
     write_json(out_dir, "pipeline", results)
     plot(results, out_dir)
     update_benchmarks_md("pipeline", report(results, quick))

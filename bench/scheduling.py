@@ -25,6 +25,7 @@ from bench.common import (
     fmt,
     machine,
     markdown_table,
+    now_utc,
     pyplot,
     ratio,
     save_figure,
@@ -188,7 +189,7 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
         "workloads": len(prepared["workloads"]), "trace_seconds": float(prepared["arrivals"][-1]),
         "deadline_rule": f"{fleets.DEADLINE_FLOOR_MS:.0f} ms + {fleets.DEADLINE_SLACK:g} x "
                          "best true execution time", "policies": {},
-        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        "measured_at": now_utc()}
     for policy in policies:
         started = time.monotonic()
         try:

@@ -101,18 +101,13 @@ def choose_cpus(threads: int | None, cpus: str | None,
 
 def format_cpus(cpus: Iterable[int]) -> str:
     """``(0, 1, 2, 5)`` → ``"0-2,5"``."""
-    out: list[str] = []
-    run: list[int] = []
+    runs: list[list[int]] = []
     for cpu in sorted(cpus):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [cpu]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+        if runs and cpu == runs[-1][-1] + 1:
+            runs[-1].append(cpu)
+        else:
+            runs.append([cpu])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def _set_all_threads(mask: set[int]) -> None:

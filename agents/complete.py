@@ -12,6 +12,7 @@ from typing import Any
 
 from agents import state
 from app import observability
+from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import ResultRecord, wire_fields
@@ -40,8 +41,8 @@ def parse_outcome(raw: bytes) -> ResultRecord:
 async def complete(stream: Any) -> None:
     """Publish the first outcome of each workload as its result; close its in-flight entry.
     Outcomes the consumer skipped are read back first (app/gaps.py)."""
-    async for batch in stream.take_events(settings.complete_batch_size,
-                                          within=settings.complete_batch_within_s):
+    async for batch in batches(stream, settings.complete_batch_size,
+                               settings.complete_batch_within_s):
         events = await guard.fill(batch)
         for event in events:
             with event_context(event):

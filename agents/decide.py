@@ -24,6 +24,7 @@ import numpy as np
 
 from agents import state
 from app import observability
+from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import RouteRecord
@@ -297,8 +298,8 @@ async def decide(stream: Any) -> None:
     on. Workloads the consumer skipped are read back and decided with the batch that revealed
     them (app/gaps.py). A route the producer gave up on stops the worker (``app.crash``): its
     workload's offset must not be committed."""
-    async for batch in stream.take_events(settings.decide_batch_size,
-                                          within=settings.decide_batch_within_s):
+    async for batch in batches(stream, settings.decide_batch_size,
+                               settings.decide_batch_within_s):
         try:
             check_deliveries()
         except RuntimeError as exc:

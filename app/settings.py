@@ -131,13 +131,14 @@ class Settings(BaseSettings):
     metric_batch_within_s: float = Field(default=0.25, gt=0)
 
     # Workloads are decided in batches (their routes are not awaited: agents/decide.py). A
-    # batch closes after this long: the added decision latency at low load, traded for
-    # throughput under load.
+    # batch is handed over as soon as its first workload is in, with whatever was already
+    # queued behind it (app/faust_patches.py::take_batches); ``*_within_s`` > 0 also waits that
+    # long for it to fill (latency at low load traded for larger batches).
     decide_batch_size: int = Field(default=200, ge=1)
-    decide_batch_within_s: float = Field(default=0.005, gt=0)
+    decide_batch_within_s: float = Field(default=0.0, ge=0)
     # Outcomes are completed in batches too (one table read of the offset ledger per batch).
     complete_batch_size: int = Field(default=200, ge=1)
-    complete_batch_within_s: float = Field(default=0.005, gt=0)
+    complete_batch_within_s: float = Field(default=0.0, ge=0)
 
     # --- Input limits ----------------------------------------------------------------------------
     max_elements: int = Field(default=2**28, ge=1, description="Inputs + output elements of one op.")

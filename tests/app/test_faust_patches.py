@@ -170,3 +170,79 @@ def test_faust_still_resumes_before_it_seeks() -> None:
     assert Recovery._switchyard_seek_first  # type: ignore[attr-defined]
     source = inspect.getsource(Recovery.on_recovery_completed.__wrapped_original__)  # type: ignore[attr-defined]
     assert source.index("resume_partitions") < source.index("perform_seek")
+
+
+async def test_take_batches_hands_over_at_once_in_order_up_to_the_limit() -> None:
+    """``take_batches`` (the decide and complete stages): the first event goes at once (no
+    timer), what queued up while the agent worked is the next batch, never more than the
+    limit, every event once and in order, each acknowledged after its batch was processed."""
+    import asyncio
+
+    import faust
+
+    test_app = faust.App("switchyard-test-take-batches", store="memory://")
+    got: list[list[int]] = []
+    acked: list[int] = []
+    acked_while_working: list[bool] = []
+
+    @test_app.agent()
+    async def collect(stream: Any) -> Any:
+        ack = stream.ack
+
+        async def spy(event: Any) -> bool:
+            acked.append(event.value)
+            return bool(await ack(event))
+
+        stream.ack = spy
+        async for batch in faust_patches.take_batches(stream, 3):
+            got.append([event.value for event in batch])
+            acked_while_working.append(any(event.value in acked for event in batch))
+            await asyncio.sleep(0.05)  # the agent at work: the next events queue up
+            yield len(batch)
+
+    async with collect.test_context() as agent:
+        await agent.put(0, wait=False)
+        for _ in range(250):  # a lone event goes without a full batch or a later event
+            if got:
+                break
+            await asyncio.sleep(0.02)
+        assert got == [[0]]
+        for i in range(1, 8):
+            await agent.put(i, wait=False)
+        for _ in range(100):
+            if sum(map(len, got)) == 8:
+                break
+            await asyncio.sleep(0.02)
+    assert got[0] == [0]
+    assert [v for batch in got for v in batch] == list(range(8))
+    assert all(1 <= len(batch) <= 3 for batch in got)
+    assert len(got) < 8  # later events were batched, not handed over one by one
+    assert not any(acked_while_working)
+    assert acked == list(range(8))  # each once, in order, after its batch
+
+
+async def test_take_batches_lingers_for_a_fuller_batch_when_asked() -> None:
+    import asyncio
+
+    import faust
+
+    test_app = faust.App("switchyard-test-take-batches-linger", store="memory://")
+    got: list[list[int]] = []
+
+    @test_app.agent()
+    async def collect(stream: Any) -> Any:
+        async for batch in faust_patches.take_batches(stream, 4, linger_s=0.5):
+            got.append([event.value for event in batch])
+            yield len(batch)
+
+    async with collect.test_context() as agent:
+        async def trickle() -> None:
+            for i in range(4):
+                await agent.put(i, wait=False)
+                await asyncio.sleep(0.02)
+        await asyncio.wait_for(trickle(), 5)
+        for _ in range(100):
+            if sum(map(len, got)) == 4:
+                break
+            await asyncio.sleep(0.02)
+    assert got == [[0, 1, 2, 3]]  # waited for the batch to fill, within the linger

@@ -35,7 +35,7 @@ from models.history import HistoryModel
 from models.ops import SpecError
 from models.policy import Candidate, Decision, make_policy
 from models.registry import candidates_for, live_classes
-from models.setup import WarmRoutes, expected_setup_ms
+from models.setup import WarmRoutes, expected_setup_ms, setup_known
 from models.workload import Workload, WorkloadLimits, decode_json_bounded, parse_workload
 
 logger = logging.getLogger(__name__)
@@ -165,12 +165,18 @@ def refresh_views(force: bool = False) -> dict[str, Any]:
 def with_setup(workload: Workload, signature: str, candidates: list[Candidate],
                snapshot: Snapshot) -> list[Candidate]:
     """Charge each candidate whose (shape, variant) its class has probably not run yet the
-    class's expected setup (models/setup.py)."""
-    return [c if warm_routes.is_warm(c.device_class, (signature, c.variant.precision,
-                                                     c.variant.mode))
-            else replace(c, setup_ms=expected_setup_ms(snapshot.setup.get(c.device_class),
-                                                       workload.op.kind, c.variant.mode))
-            for c in candidates]
+    class's expected setup (models/setup.py); mark it cold when that setup was never measured
+    (an unknown compiled variant: the policy tries it only on an idle class)."""
+    out = []
+    for c in candidates:
+        if warm_routes.is_warm(c.device_class, (signature, c.variant.precision, c.variant.mode)):
+            out.append(c)
+            continue
+        stored = snapshot.setup.get(c.device_class)
+        kind, mode = workload.op.kind, c.variant.mode
+        out.append(replace(c, setup_ms=expected_setup_ms(stored, kind, mode),
+                           cold=not setup_known(stored, kind, mode)))
+    return out
 
 
 async def send_route(workload: Workload, partition: int, offset: int | None, attempt: int,

@@ -7,7 +7,12 @@ normalised mix, as the request's objective says. It picks by Thompson sampling: 
 candidate's expected time is drawn from its cost model's posterior, so a class the model is
 unsure of (cold start, a new class, after drift) gets tried in proportion to its chance of
 being best, and as the posterior firms up the draws agree with the means and the policy
-exploits.
+exploits. Exploration pays for itself: an exploratory pick (one only the draw prefers, a
+class still cold on its prior, a shape its class would first have to set up) is taken when
+its class is idle — less queued than one execution of the greedy pick, and at least
+``IDLE_WAIT_MS`` — and otherwise the best known, ready candidate by the means is routed: an
+unknown (say compiled, cold) variant is tried while its class has nothing better to do, never
+behind a long queue that its compilation would stall.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ __all__ = [
 # Below this many learned rows a class's model is still mostly prior: label its picks
 # "explore" even when the draw agrees with the mean (about 2 rows per op kind of a mixed load).
 COLD_SAMPLES = 16
+# A class with at most this much expected wait (or one greedy execution, if longer) is idle
+# enough to try an exploratory pick on.
+IDLE_WAIT_MS = 1.0
 
 
 class SwitchyardPolicy:
@@ -62,8 +70,10 @@ class SwitchyardPolicy:
 
     name = "switchyard"
 
-    def __init__(self, cold_samples: int = COLD_SAMPLES) -> None:
+    def __init__(self, cold_samples: int = COLD_SAMPLES,
+                 explore_when_idle: bool = True) -> None:
         self.cold_samples = int(cold_samples)
+        self.explore_when_idle = bool(explore_when_idle)
         self._priors = PriorModels()
 
     def decide(
@@ -126,6 +136,11 @@ class SwitchyardPolicy:
         greedy = int(idx[int(np.argmin(greedy_scores))])
         pick_at = int(np.argmin(draw_scores))
         chosen = int(idx[pick_at])
+        if self.explore_when_idle:
+            chosen = self._explore_only_when_idle(
+                chosen, greedy, idx, greedy_scores, wait, setup, [c.cold for c in usable],
+                mean_ms, learned, samples)
+            pick_at = int(np.flatnonzero(idx == chosen)[0])
 
         reason: Reason
         if not any(learned):
@@ -150,9 +165,30 @@ class SwitchyardPolicy:
             setup_ms=float(setup[chosen]),
         )
 
+    def _explore_only_when_idle(self, chosen: int, greedy: int, idx: np.ndarray,
+                                greedy_scores: np.ndarray, wait: np.ndarray,
+                                setup: np.ndarray, cold: list[bool], mean_ms: np.ndarray,
+                                learned: list[bool],
+                                samples: list[int]) -> int:
+        """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
+        still near its prior; a shape whose setup there is unknown or costs more than the
+        execution) on a class that is not idle: then the best pick, by the means, among the
+        known, ready candidates."""
+        known = [bool(learned[i]) and samples[i] >= self.cold_samples and not cold[i]
+                 and setup[i] <= mean_ms[i] for i in range(len(learned))]
+        exploring = chosen != greedy or not known[chosen]
+        if not exploring or wait[chosen] <= max(IDLE_WAIT_MS, float(mean_ms[greedy])):
+            return chosen
+        ready = [j for j, i in enumerate(idx) if known[int(i)]]
+        if not ready:
+            return chosen  # nothing is known yet: the draw decides (cold start)
+        return int(idx[ready[int(np.argmin(greedy_scores[ready]))]])
+
     def to_dict(self) -> dict[str, Any]:
         """name, options and state; `policy_from_dict` rebuilds it."""
-        return {"name": self.name, "options": {"cold_samples": self.cold_samples}, "state": {}}
+        return {"name": self.name, "options": {"cold_samples": self.cold_samples,
+                                                "explore_when_idle": self.explore_when_idle},
+                "state": {}}
 
 
 _POLICIES: dict[str, type] = {
@@ -171,7 +207,7 @@ POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
 def make_policy(name: str, **options: Any) -> Policy:
     """A policy by name (`POLICY_NAMES`) with its options: ``static`` takes ``device_class``;
     ``dmda`` ``use_regression``/``calibrate_minimum``; ``oracle`` ``true_ms`` (required) and
-    ``true_energy_j``; ``switchyard`` ``cold_samples``. ValueError for an unknown name."""
+    ``true_energy_j``; ``switchyard`` ``cold_samples`` and ``explore_when_idle``. ValueError for an unknown name."""
     try:
         cls = _POLICIES[name]
     except KeyError:

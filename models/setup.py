@@ -52,6 +52,13 @@ def expected_setup_ms(stored: Mapping[str, Any] | None, kind: str, mode: str) ->
     return float(entry["ms"]) if entry else 0.0
 
 
+def setup_known(stored: Mapping[str, Any] | None, kind: str, mode: str) -> bool:
+    """Whether the class has measured the setup of a new (kind, mode) shape (or of the mode)."""
+    if not stored:
+        return False
+    return bool(stored.get(f"{kind}/{mode}") or stored.get(mode))
+
+
 class WarmRoutes:
     """Per class, the (shape, variant) keys recently routed there (so probably warm)."""
 

@@ -414,3 +414,41 @@ def test_switchyard_charges_the_setup_of_a_cold_shape() -> None:
     only = policy.decide(workload(), [Candidate("sim-h100", FP32, 1, 0.0, setup_ms=200.0)],
                          models, None, rng())
     assert only.setup_ms == 200.0
+
+
+def test_switchyard_explores_an_unknown_variant_only_while_its_class_is_idle() -> None:
+    """An unknown compiled variant (cold, its setup never measured) is tried while the class
+    is idle; behind a queue, the known, warm variant is routed instead (issue 13: exploration
+    that pays for itself)."""
+    compiled = Variant("fp32", "compiled")
+    model = CostModel.for_class("jax-cpu-x")
+    for _ in range(60):
+        model.learn_one(MATMUL, FP32, 3.0)
+    models = {"jax-cpu-x": model}
+
+    def picks(backlog_ms: float, policy_options: dict) -> list:
+        policy = make_policy("switchyard", **policy_options)
+        offered = [Candidate("jax-cpu-x", FP32, 1, backlog_ms),
+                   Candidate("jax-cpu-x", compiled, 1, backlog_ms, cold=True)]
+        return [policy.decide(workload(), offered, models, None, rng(seed))
+                for seed in range(200)]
+
+    idle = picks(0.0, {})
+    assert sum(d.variant == compiled for d in idle) >= 20  # tried while idle
+    for backlog in (4.0, 20.0):
+        busy = picks(backlog, {})
+        assert all(d.variant == FP32 and d.reason == "exploit" for d in busy)
+    # The rule is what keeps it off a busy class: without it the draw still tries it.
+    unguarded = picks(20.0, {"explore_when_idle": False})
+    assert sum(d.variant == compiled for d in unguarded) >= 20
+
+
+def test_switchyard_still_explores_when_nothing_is_known() -> None:
+    """Cold start under load: no candidate is known and ready, so the draw decides."""
+    models: dict = {}
+    policy = make_policy("switchyard")
+    offered = [Candidate("sim-h100", FP32, 1, 50.0, cold=True),
+               Candidate("sim-a100", FP32, 1, 50.0, cold=True)]
+    chosen = {policy.decide(workload(), offered, models, None, rng(seed)).device_class
+              for seed in range(50)}
+    assert chosen == {"sim-h100", "sim-a100"}

@@ -1,7 +1,7 @@
 """``switchyard bench scheduling``: every policy on one trace, through the real pipeline.
 
-For each device set the same trace (mixed ops, Poisson arrivals at 70 % of the fluid capacity,
-per-workload deadlines) runs once per policy on a *fresh* cluster — new namespace, app id,
+For each device set the same trace (mixed ops, Poisson arrivals at the set's share — 50, 70 or
+90 % — of the fluid capacity, per-workload deadlines) runs once per policy on a *fresh* cluster — new namespace, app id,
 worker and executors — so no policy inherits another's learned state or warm caches. The
 oracle is the earliest-finish rule fed the true costs: the simulator's roofline for sim
 devices, an exhaustive in-process pre-profile for live ones (``models.oracle``).
@@ -39,10 +39,11 @@ from models.policy import POLICY_NAMES
 
 logger = logging.getLogger(__name__)
 TARGET_LOAD = 0.7
-# What the 2-core pipeline feeds comfortably (see the pipeline benchmark): sim devices are
-# slowed uniformly so that 70 % of the fleet's capacity is this rate; relative speeds stay
-# the catalog's.
-SIM_RATE_PER_S = 20.0
+# What the 2-core pipeline feeds comfortably (see the pipeline benchmark: one worker decides
+# ~170/s at saturation, with ten executor processes on the same two cores): sim devices are
+# slowed uniformly so that 70 % of the fleet's capacity is this rate (the time scale is the
+# same for the 50 % and 90 % sets); relative speeds stay the catalog's.
+SIM_RATE_PER_S = 50.0
 LIVE_RATE_CAP_PER_S = 30.0
 # Live executors share the machine's cores with the worker, the broker and (here) other work:
 # at 70 % of the in-process profile's capacity even the oracle queued for seconds (measured on
@@ -59,6 +60,9 @@ class DeviceSet:
     name: str
     kind: str  # "sim" or "live"
     precisions: tuple[str, ...]
+    # Offered load as a share of the fleet's fp32 fluid capacity (None: the kind's default,
+    # TARGET_LOAD for sim sets, LIVE_TARGET_LOAD for live ones).
+    load: float | None = None
 
 
 def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, Any]:
@@ -88,7 +92,8 @@ def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, A
         table = {c: {k: v * scale for k, v in e.items()} for c, e in table.items()}
         capacity, fp32 = capacity / scale, fp32 / scale
         fleet = tuple(dataclasses.replace(s, drift=f"0:{scale:.4f}") for s in fleet)
-    rate = (LIVE_TARGET_LOAD if live else TARGET_LOAD) * fp32
+    load = device_set.load or (LIVE_TARGET_LOAD if live else TARGET_LOAD)
+    rate = load * fp32
     if live and rate > LIVE_RATE_CAP_PER_S:
         rate = LIVE_RATE_CAP_PER_S  # beyond what the pipeline feeds: the load is then lower
     single = {c: fleets.fluid_capacity(weights, best, {c: servers[c]})
@@ -253,7 +258,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
     parts.append(
         "Each policy ran the same trace on a fresh cluster (new namespace, app id, worker and "
         "executor processes) through the real broker. Completion = workload produced → its "
-        "result received by the client. Arrivals are Poisson at 70 % (simulated sets) or "
+        "result received by the client. Arrivals are Poisson at 70 % (simulated sets; 50 % "
+        "and 90 % where the set's name says so) or "
         f"{100 * LIVE_TARGET_LOAD:.0f} % (live sets, whose executors share the cores with the "
         "worker and the broker) of the fleet's fp32 fluid capacity (perfect split of each op "
         "type over classes, true costs). A live set's true costs are a pre-profile of each "
@@ -274,8 +280,9 @@ def report(results: dict[str, Any], quick: bool) -> str:
                      + (f" Measured {data['measured_at']}." if data.get("measured_at") else ""))
         if data["time_scale"] != 1.0:
             parts.append(f"Simulated devices (every figure here is SIMULATED), all slowed "
-                         f"uniformly by {data['time_scale']:.2f}x so the 2-core pipeline can "
-                         "feed 70 % of their capacity; their relative speeds are the catalog's.")
+                         f"uniformly by {data['time_scale']:.2f}x so that 70 % of their "
+                         f"capacity is {SIM_RATE_PER_S:g} workloads/s, what the 2-core pipeline "
+                         "feeds; their relative speeds are the catalog's.")
         rows = []
         for policy, s in data["policies"].items():
             if "completion_ms" not in s:
@@ -303,6 +310,8 @@ def run(quick: bool, out_dir: Path) -> int:
         sets, seconds, drain = [DeviceSet("sim-fp32", "sim", ("fp32",))], 8.0, 8.0
     else:
         sets = [DeviceSet("sim-fp32", "sim", ("fp32",)),
+                DeviceSet("sim-fp32-load50", "sim", ("fp32",), 0.5),
+                DeviceSet("sim-fp32-load90", "sim", ("fp32",), 0.9),
                 DeviceSet("sim-bf16", "sim", ("fp32", "bf16")),
                 DeviceSet("live-cpu-fp32", "live", ("fp32",)),
                 DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16"))]

@@ -5,6 +5,11 @@
 - ``recent``: the newest decisions per workload partition, for ``/api/decisions`` and the
   dashboard (a view, not state: a restarted worker starts it empty).
 
+The backlog's totals are also published, every ``SHARE_PERIOD_S``, to the global
+``backlog_shares`` table under this worker's id, and the other workers' fresh shares are added
+to every class's wait (models/backlog.py): two workers deciding for one fleet each see the
+whole queue of a class, not half of it.
+
 Neither has a table of its own: each cost a changelog record (and a store write) per workload,
 and replaying those records was most of a restarted worker's recovery. Faust resumes the streams
 only after the tables are recovered and ``on_rebalance_complete`` has been sent, so the rebuild
@@ -14,16 +19,28 @@ below sees the complete in-flight table of exactly the partitions this worker no
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import time
 from collections import deque
+from types import SimpleNamespace
 from typing import Any
 
-from app.main import app, topics
-from app.tables import inflight
-from models.backlog import Backlog
+from app.main import app, settings, topics
+from app.streaming import event_context, now_ms
+from app.tables import backlog_shares, inflight
+from models.backlog import Backlog, merge_shares
 
 logger = logging.getLogger(__name__)
 
 DECISION_RING = 200  # recent decisions kept per workload partition
+# How often a worker publishes its backlog share and reads the others'; a share is
+# republished at least every SHARE_REFRESH_S even unchanged, and one older than
+# SHARE_STALE_S (its worker stopped or died) is not counted.
+SHARE_PERIOD_S = 0.2
+SHARE_REFRESH_S = 1.0
+SHARE_STALE_S = 5.0
+WORKER_ID = settings.worker_instance_id() or f"{socket.gethostname()}-{os.getpid()}"
 
 backlog = Backlog()
 recent: dict[int, deque[dict[str, Any]]] = {}
@@ -68,3 +85,59 @@ async def _on_rebalance_complete(sender: Any, **kwargs: Any) -> None:
 
 app.on_rebalance_complete.connect(_on_rebalance_complete)  # type: ignore[arg-type]
 
+
+
+class _ShareWrite:
+    """The current event of a share's table write, which comes from a timer rather than a
+    stream: Faust writes a table change to the current event's partition (here partition 0,
+    of the workloads topic the table is partitioned like)."""
+
+    def __init__(self) -> None:
+        self.message = SimpleNamespace(topic=topics.workloads.get_topic_name(), partition=0,
+                                       offset=-1, key=None, value=None, timestamp=time.time())
+
+
+_published: dict[str, Any] = {"classes": None, "at": 0.0}
+
+
+def worker_ready() -> bool:
+    """Partitions assigned, tables recovered, no rebalance under way."""
+    try:
+        # The table manager has a recovery service; its declared type (TableManagerT) does not.
+        recovered = app.tables.recovery.completed.is_set()  # type: ignore[attr-defined]
+        assigned = bool(app.consumer.assignment())
+    except Exception:  # noqa: BLE001 - not started yet
+        return False
+    return recovered and assigned and not app.rebalancing
+
+
+def publish_share() -> bool:
+    """Write this worker's backlog totals to ``backlog_shares`` when they changed or the last
+    write is SHARE_REFRESH_S old; whether it wrote."""
+    if not worker_ready():
+        return False  # the tables are being recovered or the partitions are moving
+    share = backlog.share()
+    now = time.monotonic()
+    if share == _published["classes"] and now - _published["at"] < SHARE_REFRESH_S:
+        return False
+    write = _ShareWrite()
+    with event_context(write):
+        backlog_shares[WORKER_ID] = {"worker": WORKER_ID, "at_ms": now_ms(), "classes": share}
+    _published.update(classes=share, at=now)
+    return True
+
+
+def read_others() -> None:
+    """Count the other workers' fresh shares in this worker's backlog."""
+    backlog.set_others(merge_shares(backlog_shares.values(), WORKER_ID, now_ms(),
+                                    SHARE_STALE_S * 1000.0))
+
+
+@app.timer(interval=SHARE_PERIOD_S)
+async def share_backlog() -> None:
+    """Publish this worker's share of every class's backlog; read the others'."""
+    try:
+        publish_share()
+        read_others()
+    except Exception as exc:  # noqa: BLE001 - a missed share costs accuracy, never the worker
+        logger.warning("backlog share not exchanged: %r", exc)

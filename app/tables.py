@@ -11,9 +11,11 @@
 | models (global) | device class | a copy of class_models that every decider reads | learn | by device class |
 | history (global) | device class | a copy of class_history | learn | by device class |
 | tumbling, hopping | "<class>|<op kind>" | window statistics | window | by device class |
+| backlog_shares (global) | worker id | that worker's routed, unfinished work per class, and when | every worker, on a timer | partition 0 |
 
 The backlog per class and the ring of recent decisions are derived from these and kept in
-memory (agents/state.py).
+memory (agents/state.py); each worker publishes its backlog's totals to ``backlog_shares`` so
+that every worker waits on the whole class's queue, not only its own partitions' part.
 
 Global tables are read by every worker, so any decider sees every class's model and devices.
 The learn stage reads and updates its *partitioned* tables and publishes a copy to the global
@@ -46,6 +48,20 @@ def store() -> dict[str, Any]:
     }}
 
 
+def global_table(partitions: int) -> dict[str, Any]:
+    """Options of a global table: every worker follows every changelog partition for as
+    long as it runs. Faust otherwise reads, after recovery, only the partitions active on no
+    other worker (``synchronize_all_active_partitions``; faust-streaming issue 283): with two
+    workers, each stopped seeing the heartbeats, models and backlog shares written to the
+    other's partitions (tests/integration/test_shared_backlog.py)."""
+    return {**store(), "key_type": str, "default": None, "partitions": partitions,
+            "synchronize_all_active_partitions": True,
+            # Those partitions stay "active" to Faust's recovery after it completes, and it
+            # applies active changelog records in batches of this many: 1 (as Faust sets for
+            # standbys) so that a heartbeat written by the other worker counts at once.
+            "recovery_buffer_size": 1}
+
+
 completed = app.Table(
     "completed", **store(),
     # bytes keys are written raw: the results topic's keys are the plain UTF-8 workload ids.
@@ -73,16 +89,14 @@ inflight = app.Table("inflight", **store(), key_type=str, default=None,
 input_offsets = app.Table("input_offsets", **store(), key_type=str, default=None,
                           partitions=settings.workload_partitions)
 
-devices = app.GlobalTable("devices", **store(), key_type=str, default=None,
-                          partitions=settings.metric_partitions)
+devices = app.GlobalTable("devices", **global_table(settings.metric_partitions))
 class_models = app.Table("class_models", **store(), key_type=str, default=None,
                          partitions=settings.metric_partitions)
 class_history = app.Table("class_history", **store(), key_type=str, default=None,
                           partitions=settings.metric_partitions)
-models = app.GlobalTable("models", **store(), key_type=str, default=None,
-                         partitions=settings.metric_partitions)
-history = app.GlobalTable("history", **store(), key_type=str, default=None,
-                          partitions=settings.metric_partitions)
+models = app.GlobalTable("models", **global_table(settings.metric_partitions))
+history = app.GlobalTable("history", **global_table(settings.metric_partitions))
+backlog_shares = app.GlobalTable("backlog_shares", **global_table(settings.workload_partitions))
 
 # Faust's cleanup drops an expired window from the local store without a changelog tombstone,
 # so the changelogs kept every window ever made (durable state and restart time growing with

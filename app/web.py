@@ -29,6 +29,7 @@ import aiohttp
 from faust import web
 
 from agents import state
+from agents.state import worker_ready
 from app import observability, webviews
 from app.main import app, settings, topics
 from app.streaming import now_ms
@@ -41,17 +42,6 @@ STATIC_DIR = Path(__file__).parent / "static"
 PEER_TIMEOUT_S = 2.0
 DECISION_LIMIT = 100
 DASHBOARD_BUCKET_MS = 5_000
-
-
-def worker_ready() -> bool:
-    """Partitions assigned, tables recovered, no rebalance under way."""
-    try:
-        # The table manager has a recovery service; its declared type (TableManagerT) does not.
-        recovered = app.tables.recovery.completed.is_set()  # type: ignore[attr-defined]
-        assigned = bool(app.consumer.assignment())
-    except Exception:  # noqa: BLE001 - not started yet
-        return False
-    return recovered and assigned and not app.rebalancing
 
 
 def consumer_flow() -> dict[str, Any]:
@@ -248,6 +238,17 @@ class Health(web.View):
             "time_ms": now_ms(), "assigned_partitions": assigned, "consumer": consumer_flow(),
             "deadletters": observability.counter_value("switchyard_deadletters_total"),
         })
+
+
+@blueprint.route("/api/backlog", name="backlog")
+class BacklogView(web.View):
+    """Routed, unfinished work per class as this worker waits on it: its own partitions'
+    share (``ms``, ``count``), the other workers' published shares (``others_ms``,
+    ``others_count``) and the class's pace (measured ÷ predicted)."""
+
+    async def get(self, request: web.Request) -> web.Response:
+        return self.json({"worker": state.WORKER_ID, "time_ms": now_ms(),
+                          "backlog": state.backlog.by_class()})
 
 
 @blueprint.route("/api/devices", name="devices")

@@ -5,6 +5,11 @@ milliseconds its class was charged). The backlog is the sum of those charges per
 kept as a running total while the worker decides and completes, and rebuilt from the in-flight
 entries whenever the worker's partitions change (agents/state.py). Writing it to a table of its
 own cost two changelog records per workload and most of the replay after a restart.
+
+Each worker holds only its own partitions' in-flight work; executors serve every worker's
+routes. So each worker also publishes its per-class totals (its *share*) and adds the other
+workers' fresh shares to its own when it computes a class's wait (``set_others``): N workers
+see one backlog, a few hundred milliseconds old for the others' part (agents/state.py).
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class Backlog:
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
         self._log_pace: dict[str, float] = {}
+        # The other workers' fresh shares, summed per class (``set_others``).
+        self._others: dict[str, Held] = {}
 
     def add(self, device_class: str, ms: float, count: int = 1) -> None:
         """Charge (or, with negative numbers, release) work to a class; never below zero."""
@@ -76,9 +83,24 @@ class Backlog:
         ``per_workload_ms`` for each workload (the executor's dispatch overhead outside the
         measured execution)."""
         held = self._held.get(device_class)
-        if held is None:
+        other = self._others.get(device_class)
+        if held is None and other is None:
             return 0.0
-        return held.ms * self.pace(device_class) + held.count * per_workload_ms
+        ms = (held.ms if held else 0.0) + (other.ms if other else 0.0)
+        count = (held.count if held else 0) + (other.count if other else 0)
+        return ms * self.pace(device_class) + count * per_workload_ms
+
+    def share(self) -> dict[str, dict[str, float]]:
+        """This worker's own totals per class, as published for the other workers."""
+        return {c: h.as_dict() for c, h in sorted(self._held.items())}
+
+    def set_others(self, others: Mapping[str, Held]) -> None:
+        """The other workers' work per class (``merge_shares``), counted in every wait."""
+        self._others = dict(others)
+
+    def others(self) -> dict[str, dict[str, float]]:
+        """The other workers' work per class as last set."""
+        return {c: h.as_dict() for c, h in sorted(self._others.items())}
 
     def observe(self, device_class: str, charged_ms: float, measured_ms: float) -> None:
         """A finished workload of the class: charged ``charged_ms`` when routed, it took
@@ -99,10 +121,43 @@ class Backlog:
         return math.exp(self._log_pace.get(device_class, 0.0))
 
     def by_class(self) -> dict[str, dict[str, float]]:
-        """``{class: {"ms": predicted ms, "count": workloads, "pace": measured ÷ predicted}}``
-        for every class seen."""
-        return {c: {**h.as_dict(), "pace": self.pace(c)} for c, h in self._held.items()}
+        """``{class: {"ms": predicted ms, "count": workloads, "pace": measured ÷ predicted,
+        "others_ms", "others_count": the other workers' share}}`` for every class seen here."""
+        empty = Held()
+        return {c: {**h.as_dict(), "pace": self.pace(c),
+                    "others_ms": self._others.get(c, empty).ms,
+                    "others_count": self._others.get(c, empty).count}
+                for c, h in self._held.items()}
 
     def busy_classes(self) -> set[str]:
         """Classes holding at least one unfinished workload."""
         return {c for c, h in self._held.items() if h.count > 0}
+
+
+def merge_shares(shares: Iterable[Mapping[str, Any] | None], me: str, now_ms: float,
+                 stale_ms: float) -> dict[str, Held]:
+    """The other workers' work per class: the sum of every share published by a worker other
+    than ``me`` within ``stale_ms`` (a worker that died stops refreshing its share, and its
+    partitions' work is counted again by whoever rebuilds it). Malformed shares are skipped."""
+    out: dict[str, Held] = {}
+    for share in shares:
+        if not isinstance(share, Mapping) or share.get("worker") == me:
+            continue
+        at = share.get("at_ms")
+        if not isinstance(at, int | float) or now_ms - float(at) > stale_ms:
+            continue
+        classes = share.get("classes")
+        if not isinstance(classes, Mapping):
+            continue
+        for device_class, held in classes.items():
+            if not isinstance(held, Mapping):
+                continue
+            ms, count = held.get("ms"), held.get("count")
+            if not isinstance(ms, int | float) or not isinstance(count, int | float):
+                continue
+            if not (math.isfinite(ms) and ms >= 0.0 and count >= 0):
+                continue
+            total = out.setdefault(str(device_class), Held())
+            total.ms += float(ms)
+            total.count += int(count)
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.backlog import Backlog, charge_of
+from models.backlog import Backlog, Held, charge_of, merge_shares
 
 
 def entry(device_class: str, charged: float) -> dict:
@@ -36,7 +36,8 @@ def test_ms_adds_the_per_workload_overhead_and_never_goes_negative() -> None:
     backlog.remove_entry(entry("a", 50.0))
     backlog.remove_entry(entry("a", 50.0))
     backlog.remove_entry(entry("a", 50.0))
-    assert backlog.by_class() == {"a": {"ms": 0.0, "count": 0, "pace": 1.0}}
+    assert backlog.by_class() == {"a": {"ms": 0.0, "count": 0, "pace": 1.0, "others_ms": 0.0,
+                                        "others_count": 0}}
     assert backlog.busy_classes() == set()
 
 
@@ -75,3 +76,36 @@ def test_pace_follows_recent_completions_within_bounds_and_ignores_bad_ones() ->
     for _ in range(200):  # back on pace: the ratio returns to 1
         backlog.observe("a", 10.0, 10.0)
     assert backlog.pace("a") == pytest.approx(1.0, rel=1e-6)
+
+
+def share(worker: str, at_ms: float, **classes: tuple[float, int]) -> dict:
+    return {"worker": worker, "at_ms": at_ms,
+            "classes": {c: {"ms": ms, "count": n} for c, (ms, n) in classes.items()}}
+
+
+def test_merge_shares_sums_the_other_workers_fresh_shares_only() -> None:
+    shares = [
+        share("me", 1000.0, a=(500.0, 5)),  # this worker's own: never counted twice
+        share("w2", 990.0, a=(100.0, 2), b=(40.0, 1)),
+        share("w3", 800.0, a=(10.0, 1)),
+        share("dead", 100.0, a=(9999.0, 99)),  # stale: its worker stopped refreshing it
+        None, {"worker": "w4"}, share("w5", 1000.0, a=(float("nan"), 1)),  # malformed
+        {"worker": "w6", "at_ms": 1000.0, "classes": {"a": {"ms": 1.0, "count": "x"}}},
+    ]
+    merged = merge_shares(shares, "me", now_ms=1000.0, stale_ms=500.0)
+    assert merged == {"a": Held(110.0, 3), "b": Held(40.0, 1)}
+
+
+def test_the_others_share_counts_in_the_wait_but_is_not_republished() -> None:
+    backlog = Backlog()
+    backlog.add("a", 100.0, 2)
+    backlog.observe("a", 10.0, 20.0)  # the class runs at twice its predictions
+    before = backlog.ms("a", per_workload_ms=1.0)
+    backlog.set_others({"a": Held(50.0, 3), "c": Held(30.0, 1)})
+    # Everyone's work queues on the same executors: the same pace and overhead apply to it.
+    assert backlog.ms("a", per_workload_ms=1.0) == pytest.approx(before + 50.0 * 2 + 3 * 1.0)
+    assert backlog.ms("c") == pytest.approx(30.0)  # a class only the others routed to
+    assert backlog.share() == {"a": {"ms": 100.0, "count": 2}}
+    assert backlog.by_class()["a"]["others_count"] == 3
+    backlog.set_others({})
+    assert backlog.ms("a", per_workload_ms=1.0) == pytest.approx(before)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from models.ops import Variant, make_inputs, reference
-from runtimes import Runtime
+from runtimes import Runtime, get_runtime
 from runtimes.check import TOLERANCE, relative_error, within_tolerance
 from tests.runtimes.cases import CASES, case
 from tests.runtimes.conftest import CPU_RUNTIMES
@@ -20,6 +20,15 @@ BATCHED = {
     "jax": {"matmul", "bmm", "linear", "conv2d", "attention", "layernorm", "softmax", "mlp"},
     "numpy": {"matmul", "bmm", "attention", "layernorm", "softmax"},
 }
+
+
+@pytest.fixture(scope="module")
+def runtimes() -> dict[str, Runtime]:
+    """Runtimes of this module's own: the shared ones' warm caches are what
+    test_correctness checks the first call of a shape against."""
+    return {name: get_runtime(name, "cpu", threads=1) for name in CPU_RUNTIMES}
+
+
 VARIANTS = {"torch": ("fp32", "bf16", "fp16"), "jax": ("fp32", "bf16", "fp16"),
             "numpy": ("fp32",)}
 
@@ -27,9 +36,9 @@ VARIANTS = {"torch": ("fp32", "bf16", "fp16"), "jax": ("fp32", "bf16", "fp16"),
 @pytest.mark.parametrize("case_name", sorted(CASES))
 @pytest.mark.parametrize("runtime_name", CPU_RUNTIMES)
 def test_batched_call_matches_reference_and_unbatched(
-    cpu_runtimes: dict[str, Runtime], runtime_name: str, case_name: str
+    runtimes: dict[str, Runtime], runtime_name: str, case_name: str
 ) -> None:
-    rt = cpu_runtimes[runtime_name]
+    rt = runtimes[runtime_name]
     spec = case(case_name)
     inputs = [make_inputs(spec, seed) for seed in range(20, 20 + BATCH)]
     for precision in VARIANTS[runtime_name]:
@@ -56,9 +65,9 @@ def test_batched_call_matches_reference_and_unbatched(
                 assert execution.batch_size == 1 and execution.batch_exec_ms is None
 
 
-def test_outputs_are_each_workloads_own(cpu_runtimes: dict[str, Runtime]) -> None:
+def test_outputs_are_each_workloads_own(runtimes: dict[str, Runtime]) -> None:
     """Stacking keeps workloads apart: different inputs, different outputs, in order."""
-    rt = cpu_runtimes["torch"]
+    rt = runtimes["torch"]
     spec = case("matmul")
     inputs = [make_inputs(spec, seed) for seed in (1, 2, 3, 4)]
     batched = rt.execute_batch(spec, Variant("fp32"), inputs)
@@ -67,8 +76,8 @@ def test_outputs_are_each_workloads_own(cpu_runtimes: dict[str, Runtime]) -> Non
     assert not np.allclose(batched[0].output, batched[1].output)
 
 
-def test_a_new_batch_size_is_warmed_up_outside_the_timing(cpu_runtimes: dict[str, Runtime]) -> None:
-    rt = cpu_runtimes["torch"]
+def test_a_new_batch_size_is_warmed_up_outside_the_timing(runtimes: dict[str, Runtime]) -> None:
+    rt = runtimes["torch"]
     spec = case("mlp-tanh")
     inputs = [make_inputs(spec, seed) for seed in range(5)]
     first = rt.execute_batch(spec, Variant("fp32"), inputs)
@@ -81,8 +90,8 @@ def test_a_new_batch_size_is_warmed_up_outside_the_timing(cpu_runtimes: dict[str
     assert rt.execute_batch(spec, Variant("fp32"), inputs[:4])[0].warmup
 
 
-def test_int8_runs_one_by_one(cpu_runtimes: dict[str, Runtime]) -> None:
-    rt = cpu_runtimes["torch"]
+def test_int8_runs_one_by_one(runtimes: dict[str, Runtime]) -> None:
+    rt = runtimes["torch"]
     spec = case("linear-gelu")
     inputs = [make_inputs(spec, seed) for seed in range(2)]
     assert not rt.batchable("linear", "int8", "eager")

@@ -175,6 +175,13 @@ def test_route_id() -> None:
 
 
 # --- dynamic batching -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cpu_runtimes() -> dict[str, Runtime]:
+    """This module's own runtimes (the session's shared ones are kept cold for
+    test_correctness's first-call checks)."""
+    return {name: get_runtime(name, "cpu", threads=1) for name in ("numpy", "torch")}
+
+
 def batch_route(workload_id: str, op: dict[str, Any] = OP, precision: str = "fp32",
                 **workload: Any) -> dict[str, Any]:
     return {**route(precision, **workload), "id": workload_id,

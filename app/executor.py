@@ -271,6 +271,7 @@ class Executor:
                 batch += await self._fetch_more(consumer, len(batch))
             if not batch:
                 continue
+            self.in_hand = len(batch)
             plan = await loop.run_in_executor(self.compute, self._plan, batch)
             published: list[asyncio.Task[None]] = []
             ran: set[int] = set()

@@ -246,7 +246,7 @@ def batch_key(
     try:
         variant = Variant.from_dict(route.get("variant"))
         workload = parse_workload(route.get("workload"), limits)
-    except SpecError:
+    except Exception:  # whatever fails here, perform reports for this route alone
         return None
     if variant.precision not in workload.precisions or not runtime.batchable(
             workload.op.kind, variant.precision, variant.mode):

@@ -90,3 +90,44 @@ async def test_a_burst_runs_batched_with_one_result_each(
         alone = rt.execute(spec, Variant("fp32"), make_inputs(spec, i))
         assert by_id[wid]["status"] == "ok" and by_id[wid]["checksum"] == checksum(alone.output)
         assert by_id[wid]["batch_size"] == rows[wid]["batch_size"]
+
+
+async def test_a_batch_wait_gathers_routes_that_arrive_one_by_one(
+        broker: str, unique: str, tmp_path: Path) -> None:
+    """With ``executor_batch_wait_ms``, routes produced one after another to an idle executor
+    run as one batch: it waits for more before running the first."""
+    ns = f"t{unique}."
+    routes = f"{ns}switchyard.routes.{DEVICE_CLASS}"
+    await create_topics(broker, [routes], partitions=1)
+    # Far longer than the four sends take, so the test does not depend on how fast they are.
+    env = {**os.environ, "SWITCHYARD_BROKER": broker, "SWITCHYARD_TOPIC_NAMESPACE": ns,
+           "SWITCHYARD_EXECUTOR_BATCH_WAIT_MS": "5000", "OMP_NUM_THREADS": "1"}
+    log_path = tmp_path / "executor.log"
+    log = open(log_path, "w")  # noqa: SIM115  (closed in finally, after the process exits)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "executor", "--runtime", "torch", "--device", "cpu",
+         "--threads", "1", "--id", "waiter"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def died() -> str | None:
+        return None if proc.poll() is None else "executor exited:\n" + log_path.read_text()[-3000:]
+
+    try:
+        # Serving and fetching: a first route's outcome is back (after its own wait).
+        await produce(broker, routes, [("ready", route("ready", seed=99))])
+        await consume_until(broker, f"{ns}switchyard.outcomes",
+                            lambda m: any(x["key"] == "ready" for x in m), timeout_s=60,
+                            abort=died)
+        ids = [f"one-by-one-{i}" for i in range(4)]
+        for i, wid in enumerate(ids):
+            await produce(broker, routes, [(wid, route(wid, seed=i))])
+        outcomes = await consume_until(
+            broker, f"{ns}switchyard.outcomes", lambda m: {x["key"] for x in m} >= set(ids),
+            timeout_s=60, abort=died)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+    by_id = {m["key"]: m["value"] for m in outcomes}
+    assert sorted(m["key"] for m in outcomes) == sorted(ids + ["ready"])
+    assert [by_id[wid]["batch_size"] for wid in ids] == [4, 4, 4, 4]

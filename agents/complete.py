@@ -82,12 +82,18 @@ def service_ms(outcome: ResultRecord) -> float:
     """How long the executor held the workload: from taking it off its queue to its outcome
     (inputs made, setup, execution, checksum), from the outcome's own timestamps; the
     execution plus setup where they are missing. On the live CPU executors making the inputs
-    and the checksum took 1-3x the execution itself."""
+    and the checksum took 1-3x the execution itself.
+
+    A workload of a batched call shares that time with the call's other workloads (they
+    were taken off the queue together and finished together): its service is its share,
+    so a class that batches shows a pace below 1 and the router sees its queue drain faster
+    than its per-op predictions add up to."""
+    share = max(1, outcome.batch_size)
     if outcome.finished_at_ms is not None and outcome.decided_at_ms is not None:
         held = outcome.finished_at_ms - outcome.decided_at_ms - outcome.queue_ms
         if held > 0:
-            return float(held)
-    return float(outcome.latency_ms) + float(outcome.compile_ms or 0.0)
+            return float(held) / share
+    return (float(outcome.latency_ms) + float(outcome.compile_ms or 0.0)) / share
 
 
 def close_inflight(outcome: ResultRecord, entry: dict[str, Any]) -> None:

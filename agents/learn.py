@@ -5,6 +5,14 @@ without a repartition hop: it keeps the model in a table partitioned like the me
 and recovered first, with its partition on a rebalance) and publishes a copy to the global
 ``models`` table that every decider reads. A batch is folded in with one model update per
 class and one table write per class: per-event table writes are what limits a Faust agent's throughput.
+
+A workload an executor ran in a batched call (``batch_size`` > 1, dynamic batching) is not a
+measurement of its op alone: its ``exec_ms`` is a share of the call. The models learn the call
+instead, once, as the one op it computed (``models.ops.batched_equivalent``: matmuls stacked
+are a bmm, and so on) taking ``batch_exec_ms``; calls of ops with no such equivalent (linear,
+mlp, conv2d) and the setup of a new batch size are not learned. The per-op cost of an
+unbatched call is thus learned from unbatched calls only; what batching does to a class's
+queue is the backlog's pace (agents/complete.py).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from app.streaming import check_fields, dead_letter, decode_object, event_contex
 from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
 from models.history import HistoryModel
-from models.ops import OpSpec, SpecError, Variant, parse_op
+from models.ops import OpSpec, SpecError, Variant, batched_equivalent, parse_op
 from models.setup import update_setup
 
 logger = logging.getLogger(__name__)
@@ -99,11 +107,31 @@ def cached_op(op: Any, variant: Any) -> tuple[OpSpec, Variant]:
     return parsed
 
 
-def metric_row(metric: MetricRow) -> Row:
-    """The (op, variant, exec ms, energy J) row a cost model learns from."""
+def metric_row(metric: MetricRow) -> Row | None:
+    """The (op, variant, exec ms, energy J) row a cost model learns from; for a workload of a
+    batched call, the call as its equivalent op (None where the catalog has none)."""
     op, variant = cached_op(metric.op, metric.variant)
     energy = metric.energy_j if isinstance(metric.energy_j, int | float) else None
-    return op, variant, float(metric.exec_ms), energy
+    size = metric.batch_size
+    if size == 1:
+        return op, variant, float(metric.exec_ms), energy
+    if not (type(size) is int and size > 1 and isinstance(metric.batch_exec_ms, int | float)):
+        raise ValueError(f"batched metric with batch_size {size!r} and batch_exec_ms "
+                         f"{metric.batch_exec_ms!r}")
+    equivalent = batched_equivalent(op, size)
+    if equivalent is None:
+        return None
+    return (equivalent, variant, float(metric.batch_exec_ms),
+            energy * size if energy is not None else None)
+
+
+def batch_call(metric: MetricRow) -> tuple[Any, ...] | None:
+    """What the rows of one batched call share (None for an unbatched row): the call is
+    learned once, not once per workload."""
+    if metric.batch_size == 1:
+        return None
+    return (metric.device_id, metric.started_at_ms, metric.finished_at_ms,
+            metric.batch_size, metric.batch_exec_ms)
 
 
 async def parsed_batch(stage: str, batch: list[Any]) -> list[tuple[Any, MetricRow]]:
@@ -130,16 +158,24 @@ async def learn_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
     rows: dict[str, list[Row]] = defaultdict(list)
     setups: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
     last_event: dict[str, Any] = {}
+    calls: set[tuple[Any, ...]] = set()
     for event, metric in parsed:
         if metric.status != "ok":
             continue  # a failed run says nothing about how long the op takes
+        call = batch_call(metric)
+        if call is not None and call in calls:
+            continue  # another workload of a call already learned
         try:
             row = metric_row(metric)
         except (SpecError, ValueError, TypeError, KeyError) as exc:
             await dead_letter("learn", event, f"metric op or variant invalid: {exc}")
             continue
+        if call is not None:
+            calls.add(call)
+        if row is None:
+            continue  # a batched call that no op of the catalog computes
         rows[metric.device_class].append(row)
-        if isinstance(metric.setup_ms, int | float):
+        if call is None and isinstance(metric.setup_ms, int | float):
             setups[metric.device_class].append((row[0].kind, row[1].mode,
                                                 float(metric.setup_ms)))
         last_event[metric.device_class] = event

@@ -13,7 +13,7 @@ from pathlib import Path
 from app import kafka_local
 
 RUNTIMES = ("torch", "jax", "numpy", "sim")
-BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift")
+BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift", "batching")
 
 
 def _kafka(ns: argparse.Namespace) -> int:
@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Run one benchmark and update BENCHMARKS.md.")
     bench.add_argument("name", choices=BENCHMARKS,
                        help="scheduling (policies vs an oracle), costmodel (accuracy), pipeline "
-                            "(throughput), drift (adaptation)")
+                            "(throughput), drift (adaptation), batching (dynamic batching in an "
+                            "executor)")
     bench.add_argument("--quick", action="store_true", help="a short run (under 5 minutes)")
     bench.add_argument("--out", default="bench/out", help="output folder")
     bench.set_defaults(func=_bench)

@@ -7,7 +7,12 @@ loop, so consumer heartbeats keep flowing while a long op runs.
 
 Routes are fetched in batches of up to ``executor_fetch_records`` and run one after another;
 each one's outcome is handed to the producer without waiting, so the next op starts while it
-travels. Metrics are gathered and published as one record of many rows (the metrics topic's
+travels. With dynamic batching (``executor_batching``, on by default) the fetched routes of one
+op spec and variant that the runtime batches run as one batched call of up to
+``executor_max_batch`` (runtimes/work.py), each still with its own outcome and metric; the
+executor waits ``executor_batch_wait_ms`` (0 by default) for more routes before running what it
+holds. Batches run routes out of fetch order, so a partition is committed only up to its first
+route not yet run. Metrics are gathered and published as one record of many rows (the metrics topic's
 batch form) every ``executor_metric_linger_ms`` or ``executor_metric_batch_rows`` rows, and
 before every commit. The batch's offsets are committed once every record published for it is
 acknowledged (at the end of the batch, or sooner when a batch of slow ops has run for
@@ -25,6 +30,7 @@ import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -48,7 +54,17 @@ from models.workload import WorkloadLimits, decode_json_bounded
 from runtimes import Runtime, get_runtime
 from runtimes.affinity import isolate
 from runtimes.energy import NvmlMeter, PowerTracker
-from runtimes.work import WorkResult, now_ms, perform, read_slowdown, route_id
+from runtimes.work import (
+    Parsed,
+    WorkResult,
+    batch_key,
+    now_ms,
+    perform,
+    perform_batch,
+    read_slowdown,
+    route_id,
+)
+from runtimes.work import plan as plan_batches
 
 logger = logging.getLogger(__name__)
 # How long a stopping executor keeps trying to publish the outcome in hand.
@@ -69,6 +85,35 @@ def limits_from(settings: Settings) -> WorkloadLimits:
         max_message_bytes=settings.max_message_bytes,
         max_depth=settings.max_json_depth,
     )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A fetched batch of routes, decoded, and the order to run them in: ``groups`` of
+    indices, each one route or several that share a batched call (runtimes/work.py::plan)."""
+
+    messages: list[Any]
+    routes: list[dict[str, Any] | str]  # the decoded route, or why it is dead-lettered
+    parsed: dict[int, Parsed]  # the routes that may join a batch
+    groups: list[list[int]]
+
+
+def committable(batch: list[tuple[TopicPartition, Any]], ran: set[int]) -> dict[
+        TopicPartition, int]:
+    """The offset to commit per partition once the routes at indices ``ran`` of ``batch``
+    are published: up to the first route of the partition not yet run (batches run routes
+    out of fetch order, and a commit past a route not yet run would lose it on a crash)."""
+    offsets: dict[TopicPartition, int] = {}
+    waiting: dict[TopicPartition, int] = {}
+    for index, (tp, message) in enumerate(batch):
+        if index in ran:
+            offsets[tp] = max(offsets.get(tp, 0), message.offset + 1)
+        else:
+            waiting[tp] = min(waiting.get(tp, message.offset), message.offset)
+    for tp, first_waiting in waiting.items():
+        if tp in offsets:
+            offsets[tp] = min(offsets[tp], first_waiting)
+    return offsets
 
 
 def default_device_id(runtime: Runtime) -> str:
@@ -222,22 +267,76 @@ class Executor:
                 await asyncio.sleep(1.0)
                 continue
             batch = [(tp, message) for tp, messages in fetched.items() for message in messages]
+            if batch and self.settings.executor_batching and self.settings.executor_batch_wait_ms:
+                batch += await self._fetch_more(consumer, len(batch))
+            if not batch:
+                continue
+            self.in_hand = len(batch)
+            plan = await loop.run_in_executor(self.compute, self._plan, batch)
             published: list[asyncio.Task[None]] = []
-            done: dict[TopicPartition, int] = {}
+            ran: set[int] = set()
             last_commit = loop.time()
-            for i, (tp, message) in enumerate(batch):
+            for group in plan.groups:
                 # The fetched routes not yet run count as queued in the heartbeat (the
                 # consumer's position is already past them).
-                self.in_hand = len(batch) - i
-                published.extend(await self._handle(producer, message))
-                done[tp] = message.offset + 1
+                self.in_hand = len(batch) - len(ran)
+                published.extend(await self._handle(producer, plan, group))
+                ran.update(group)
                 if self.stopping.is_set():
                     break  # the rest stays uncommitted: another instance runs it
                 if loop.time() - last_commit > COMMIT_EVERY_S:
-                    await self._commit_published(producer, consumer, published, done)
-                    published, done, last_commit = [], {}, loop.time()
+                    await self._commit_published(producer, consumer, published,
+                                                 committable(batch, ran))
+                    published, last_commit = [], loop.time()
             self.in_hand = 0
-            await self._commit_published(producer, consumer, published, done)
+            await self._commit_published(producer, consumer, published, committable(batch, ran))
+
+    async def _fetch_more(self, consumer: AIOKafkaConsumer, have: int) -> list[tuple[Any, Any]]:
+        """Routes that arrive within ``executor_batch_wait_ms`` of the first, up to
+        ``executor_fetch_records`` in all: a larger batch at the price of that wait."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.executor_batch_wait_ms / 1000.0
+        more: list[tuple[Any, Any]] = []
+        while (left := deadline - loop.time()) > 0 and not self.stopping.is_set():
+            room = self.settings.executor_fetch_records - have - len(more)
+            if room <= 0:
+                break
+            try:
+                fetched = await consumer.getmany(timeout_ms=max(1, int(left * 1000)),
+                                                 max_records=room)
+            except KafkaError as exc:
+                logger.warning("fetching more routes failed (%s)", exc)
+                break
+            more += [(tp, message) for tp, messages in fetched.items() for message in messages]
+        return more
+
+    def _plan(self, batch: list[tuple[Any, Any]]) -> Plan:
+        """Decode the fetched routes and group the ones that can share a batched call (in the
+        compute thread: decoding inline tensors is CPU work)."""
+        routes: list[dict[str, Any] | str] = []
+        keys: list[Any] = []
+        parsed: dict[int, Parsed] = {}
+        for index, (_, message) in enumerate(batch):
+            try:
+                route = decode_json_bounded(
+                    message.value or b"", self.limits.max_message_bytes, self.limits.max_depth
+                )
+                route_id(route)
+            except SpecError as exc:
+                routes.append(str(exc))  # dead-lettered when its turn comes
+                keys.append(None)
+                continue
+            assert isinstance(route, dict)
+            routes.append(route)
+            keyed = (batch_key(route, self.runtime, self.limits)
+                     if self.settings.executor_batching else None)
+            if keyed is None:
+                keys.append(None)
+            else:
+                keys.append(keyed[0])
+                parsed[index] = keyed[1]
+        groups = plan_batches(keys, self.settings.executor_max_batch)
+        return Plan([message for _, message in batch], routes, parsed, groups)
 
     async def _commit_published(self, producer: RenewingProducer, consumer: AIOKafkaConsumer,
                                 published: list[asyncio.Task[None]],
@@ -260,30 +359,31 @@ class Executor:
                 "commit of %s@%d failed (%s); the record will be redone", tp, offset, exc
             )
 
-    async def _handle(self, producer: RenewingProducer, message: Any) -> list[asyncio.Task[None]]:
-        """Run one route; return the tasks publishing what it produced (not awaited here)."""
-        try:
-            route = decode_json_bounded(
-                message.value or b"", self.limits.max_message_bytes, self.limits.max_depth
-            )
-            route_id(route)
-        except SpecError as exc:
-            return [asyncio.create_task(self._dead_letter(producer, message, str(exc)))]
-        assert isinstance(route, dict)
+    async def _handle(self, producer: RenewingProducer, plan: Plan,
+                      group: list[int]) -> list[asyncio.Task[None]]:
+        """Run one group of the plan (one route, or several as one batched call); return the
+        tasks publishing what it produced (not awaited here)."""
+        first = plan.routes[group[0]]
+        if isinstance(first, str):
+            return [asyncio.create_task(
+                self._dead_letter(producer, plan.messages[group[0]], first))]
         slowdown = read_slowdown(self.slowdown_file)
         loop = asyncio.get_running_loop()
-        result: WorkResult = await loop.run_in_executor(
-            self.compute,
-            lambda: perform(
-                route,
-                self.runtime,
-                device_id=self.device_id,
-                limits=self.limits,
-                slowdown=slowdown,
-            ),
-        )
-        self.processed += 1
-        return await self._publish(producer, result)
+        options: dict[str, Any] = {"device_id": self.device_id, "limits": self.limits,
+                                   "slowdown": slowdown}
+        results: list[WorkResult]
+        if len(group) == 1:
+            results = [await loop.run_in_executor(
+                self.compute, lambda: perform(first, self.runtime, **options))]
+        else:
+            members = [plan.parsed[i] for i in group]
+            results = await loop.run_in_executor(
+                self.compute, lambda: perform_batch(members, self.runtime, **options))
+        self.processed += len(results)
+        tasks: list[asyncio.Task[None]] = []
+        for result in results:
+            tasks += await self._publish(producer, result)
+        return tasks
 
     async def _publish(self, producer: RenewingProducer,
                        result: WorkResult) -> list[asyncio.Task[None]]:

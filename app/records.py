@@ -65,6 +65,11 @@ class MetricRecord(_Wire):
     attempt: int = 1
     simulated: bool = False
     throttled: bool = False
+    # Dynamic batching: the workloads run by the one call this execution was part of (1: a
+    # call of its own), and that call's whole time; ``exec_ms`` is then this workload's share,
+    # ``batch_exec_ms / batch_size``. Rows of executors without batching have neither.
+    batch_size: int = 1
+    batch_exec_ms: float | None = None
 
 
 # The metrics topic's second form: many executions in one record, as an executor publishes what
@@ -145,6 +150,9 @@ class ResultRecord(_Wire):
     decided_at_ms: int | None = None
     finished_at_ms: int | None = None
     submitted_at_ms: float | None = None
+    # The workloads run by the one batched call this one was part of (1: a call of its own);
+    # ``latency_ms`` is that call's time.
+    batch_size: int = 1
 
 
 class DeadLetterRecord(_Wire):

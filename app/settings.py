@@ -108,6 +108,15 @@ class Settings(BaseSettings):
     # worker's per-event cost the metric path's (BENCHMARKS.md, pipeline). 1: one row a record.
     executor_metric_batch_rows: int = Field(default=128, ge=1)
     executor_metric_linger_ms: float = Field(default=20.0, ge=0)
+    # Dynamic batching: among the fetched routes not yet run, those of one op spec (shapes and
+    # dtype included) and variant run as one batched call (runtimes/work.py) of at most
+    # executor_max_batch workloads, where the runtime batches them (Runtime.batchable).
+    executor_batching: bool = True
+    executor_max_batch: int = Field(default=32, ge=1)
+    # How long an executor holding fewer than executor_fetch_records routes waits for more
+    # before it runs them. 0: it batches only what is already queued, so a workload at low
+    # load is never held back for a batch (BENCHMARKS.md, batching).
+    executor_batch_wait_ms: float = Field(default=0.0, ge=0)
 
     # --- Windows -------------------------------------------------------------------------------
     tumbling_window_s: float = Field(default=10.0, gt=0)

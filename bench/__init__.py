@@ -1,4 +1,4 @@
-"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift [--quick]``.
+"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching [--quick]``.
 
 Each writes JSON and PNG under ``bench/out/`` and replaces its section of ``BENCHMARKS.md``.
 Benchmarks report; they never assert on timings.
@@ -10,7 +10,7 @@ import importlib
 import logging
 from pathlib import Path
 
-BENCHMARK_NAMES: tuple[str, ...] = ("scheduling", "costmodel", "pipeline", "drift")
+BENCHMARK_NAMES: tuple[str, ...] = ("scheduling", "costmodel", "pipeline", "drift", "batching")
 
 
 def run_benchmark(name: str, quick: bool, out_dir: Path) -> int:

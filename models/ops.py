@@ -65,6 +65,7 @@ __all__ = [
     "SoftmaxSpec",
     "SpecError",
     "Variant",
+    "batched_equivalent",
     "evaluate",
     "make_inputs",
     "parse_op",
@@ -215,6 +216,25 @@ def _input_scale(spec: OpSpec, name: str) -> float:
     if name == "bias":
         return 0.1
     return 1.0
+
+
+def batched_equivalent(spec: OpSpec, size: int) -> OpSpec | None:
+    """The one op a batched call of ``size`` workloads of ``spec`` computes, where the catalog
+    has one: ``size`` matmuls stacked are a bmm, bmms a bmm of ``b * size``, attentions an
+    attention of ``batch * size``, layernorms and softmaxes one of ``rows * size``. None for
+    linear, mlp and conv2d, whose stacked workloads each bring their own weights (no op of the
+    catalog takes a weight per batch row). What the cost models learn a batched call as."""
+    if size == 1:
+        return spec
+    if isinstance(spec, MatmulSpec):
+        return BmmSpec(b=size, m=spec.m, k=spec.k, n=spec.n, dtype=spec.dtype)
+    if isinstance(spec, BmmSpec):
+        return dataclasses.replace(spec, b=spec.b * size)
+    if isinstance(spec, AttentionSpec):
+        return dataclasses.replace(spec, batch=spec.batch * size)
+    if isinstance(spec, LayernormSpec | SoftmaxSpec):
+        return dataclasses.replace(spec, rows=spec.rows * size)
+    return None
 
 
 def make_inputs(spec: OpSpec, seed: int) -> dict[str, np.ndarray]:

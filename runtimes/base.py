@@ -6,6 +6,12 @@ device is synchronised. Excluded (and never reported as execution): host-to-devi
 casting inputs to the variant's dtype, packing int8 weights, copying the output back, and
 compilation, which is timed separately as ``compile_ms`` on the first run of a new
 (shape, variant). Every new (shape, variant) gets one untimed warm-up run first.
+
+A batched call (:meth:`Runtime.execute_batch`, dynamic batching in the executor) follows the
+same contract for several workloads of one (shape, variant) at once: their inputs are stacked
+along a new leading dimension (untimed, like casting), and ``exec_ms`` of the one call is
+timed as above; each workload is reported its share, ``batch_exec_ms / batch_size``. A new
+(shape, variant, batch size) gets its own build and warm-up, outside the timing.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ class Execution:
     # The one-time cost of that first call, outside ``exec_ms``: building (compiling) the
     # function plus the untimed warm-up run. None when the (shape, variant) was already warm.
     setup_ms: float | None = None
+    # Dynamic batching: how many workloads the timed call ran, and that call's whole time
+    # (``exec_ms`` is then this workload's share of it). 1 and None for a call of its own.
+    batch_size: int = 1
+    batch_exec_ms: float | None = None
 
 
 def machine_arch() -> str:
@@ -142,23 +152,39 @@ class Runtime(ABC):
     def _to_numpy(self, out: Any) -> np.ndarray:
         """Copy a device output to a float32 NumPy array."""
 
-    def execute(self, spec: OpSpec, variant: Variant, inputs: dict[str, np.ndarray]) -> Execution:
-        """Run ``spec`` in exactly ``variant`` on ``inputs`` and measure it.
+    def batchable(self, kind: str, precision: str, mode: str) -> bool:
+        """Whether :meth:`execute_batch` runs workloads of (kind, precision, mode) as one
+        batched call; the default runs none (each workload is a call of its own)."""
+        return False
 
-        Raises VariantRefused (never substitutes another variant); other exceptions (OOM,
-        backend errors) propagate for the caller to report.
-        """
-        reason = self.refusal(spec.kind, variant.precision, variant.mode)
-        if reason is not None:
-            raise VariantRefused(reason)
-        args = self._prepare(spec, variant, inputs)
-        key = (spec.signature(), variant)
+    def _prepare_batch(
+        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
+    ) -> Any:
+        """Stack and prepare the inputs of several workloads (untimed); batching runtimes
+        override this with :meth:`_build_batch` and :meth:`_split_batch`."""
+        raise NotImplementedError
+
+    def _build_batch(
+        self, spec: OpSpec, variant: Variant, args: Any, size: int
+    ) -> tuple[Any, float | None]:
+        """As :meth:`_build`, for a function over ``size`` stacked workloads."""
+        raise NotImplementedError
+
+    def _split_batch(self, out: Any, size: int) -> list[np.ndarray]:
+        """The float32 output of each workload of a batched call's output."""
+        stacked = self._to_numpy(out)
+        return [stacked[i] for i in range(size)]
+
+    def _timed(self, key: tuple[str, Variant], build: Any, args: Any) -> tuple[
+            Any, float, float | None, float | None, float | None, bool]:
+        """The honest timing loop: build and warm up a new key (untimed), then one measured
+        run. (output, elapsed ms, compile ms, setup ms, energy J, warmup)."""
         compile_ms: float | None = None
         setup_ms: float | None = None
         warmup = key not in self._warm
         if warmup:
             setup_start = time.perf_counter_ns()
-            fn, compile_ms = self._build(spec, variant, args)
+            fn, compile_ms = build()
             self._sync(fn(args))  # warm-up: allocator, autotuning, lazy init; not in exec_ms
             setup_ms = (time.perf_counter_ns() - setup_start) / 1e6
             self._warm[key] = fn
@@ -173,14 +199,64 @@ class Runtime(ABC):
         self._sync(out)
         elapsed_ns = time.perf_counter_ns() - start
         energy_j = self.meter.joules(before, self.meter.sample())
+        return out, elapsed_ns / 1e6, compile_ms, setup_ms, energy_j, warmup
+
+    def execute(self, spec: OpSpec, variant: Variant, inputs: dict[str, np.ndarray]) -> Execution:
+        """Run ``spec`` in exactly ``variant`` on ``inputs`` and measure it.
+
+        Raises VariantRefused (never substitutes another variant); other exceptions (OOM,
+        backend errors) propagate for the caller to report.
+        """
+        reason = self.refusal(spec.kind, variant.precision, variant.mode)
+        if reason is not None:
+            raise VariantRefused(reason)
+        args = self._prepare(spec, variant, inputs)
+        out, exec_ms, compile_ms, setup_ms, energy_j, warmup = self._timed(
+            (spec.signature(), variant), lambda: self._build(spec, variant, args), args)
         return Execution(
             output=self._to_numpy(out),
-            exec_ms=elapsed_ns / 1e6,
+            exec_ms=exec_ms,
             compile_ms=compile_ms,
             energy_j=energy_j,
             warmup=warmup,
             setup_ms=setup_ms,
         )
+
+    def execute_batch(
+        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
+    ) -> list[Execution]:
+        """Run several workloads of one ``spec`` and ``variant``, one Execution each, in order.
+
+        Where :meth:`batchable` says so (and there is more than one) they run as one batched
+        call: each Execution has ``batch_size``, the call's ``batch_exec_ms``, its share of it
+        as ``exec_ms`` (and of the energy), and the first one carries the call's setup and
+        compile time. Otherwise each runs on its own, exactly as :meth:`execute`. Raises as
+        :meth:`execute` does, for the whole batch.
+        """
+        size = len(inputs)
+        if size <= 1 or not self.batchable(spec.kind, variant.precision, variant.mode):
+            return [self.execute(spec, variant, one) for one in inputs]
+        reason = self.refusal(spec.kind, variant.precision, variant.mode)
+        if reason is not None:
+            raise VariantRefused(reason)
+        args = self._prepare_batch(spec, variant, inputs)
+        out, batch_ms, compile_ms, setup_ms, energy_j, warmup = self._timed(
+            (f"{spec.signature()}#batch={size}", variant),
+            lambda: self._build_batch(spec, variant, args, size), args)
+        outputs = self._split_batch(out, size)
+        return [
+            Execution(
+                output=output,
+                exec_ms=batch_ms / size,
+                compile_ms=compile_ms if i == 0 else None,
+                energy_j=energy_j / size if energy_j is not None else None,
+                warmup=warmup and i == 0,
+                setup_ms=setup_ms if i == 0 else None,
+                batch_size=size,
+                batch_exec_ms=batch_ms,
+            )
+            for i, output in enumerate(outputs)
+        ]
 
     def close(self) -> None:
         """Release device resources (caches, compiled functions)."""

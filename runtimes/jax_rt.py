@@ -258,9 +258,30 @@ class JaxRuntime(Runtime):
         return self._jax.default_matmul_precision(name)
 
     def _build(self, spec: OpSpec, variant: Variant, args: Any) -> tuple[Any, float | None]:
+        fn = jax_int8_function(spec) if variant.precision == "int8" else jax_op_function(spec)
+        return self._function(fn, variant, args)
+
+    # --- dynamic batching: jax.vmap of the op's function, eager or compiled -----------------
+    def batchable(self, kind: str, precision: str, mode: str) -> bool:
+        """Every float variant: the op's function under ``jax.vmap`` over a new leading
+        dimension (int8 packs quantized weights per workload: one by one)."""
+        return precision != "int8" and self.refusal(kind, precision, mode) is None
+
+    def _prepare_batch(
+        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
+    ) -> Any:
+        stacked = {name: np.stack([one[name] for one in inputs]) for name in inputs[0]}
+        return self._prepare(spec, variant, stacked)
+
+    def _build_batch(
+        self, spec: OpSpec, variant: Variant, args: Any, size: int
+    ) -> tuple[Any, float | None]:
+        return self._function(self._jax.vmap(jax_op_function(spec)), variant, args)
+
+    def _function(self, fn: Any, variant: Variant, args: Any) -> tuple[Any, float | None]:
+        """``fn`` as the variant runs it: eager in its precision scope, or compiled (timed)."""
         import time
 
-        fn = jax_int8_function(spec) if variant.precision == "int8" else jax_op_function(spec)
         if variant.mode == "eager":
 
             def eager(a: Any) -> Any:

@@ -5,6 +5,11 @@ BLAS NumPy links against. Everything else is refused rather than emulated: NumPy
 bf16 dtype, no tensor cores (tf32), no half-precision BLAS (fp16 matmuls fall back to slow
 loops whose accumulation NumPy does not document), no dynamic-quantization kernels (int8)
 and no compiler.
+
+Dynamic batching: the kernels of matmul, bmm, attention, layernorm and softmax broadcast over
+leading dimensions (``@`` and last-axis reductions), so workloads of one shape stacked along a
+new leading dimension run as one call of the same kernel. linear, mlp (``w.T`` of a stacked
+weight is not its transpose) and conv2d (an einsum over fixed axes) run one by one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import numpy as np
 from models.ops import OpSpec, Variant, evaluate
 from runtimes.base import Runtime, contract_refusal, device_class_name, machine_arch
 from runtimes.energy import meter_for
+
+# The kinds whose float64-reference kernel broadcasts over a leading batch dimension.
+BATCHED_KINDS = frozenset({"matmul", "bmm", "attention", "layernorm", "softmax"})
 
 _REFUSED = {
     "tf32": "tf32 is an NVIDIA tensor-core mode; NumPy runs on the CPU",
@@ -65,3 +73,17 @@ class NumpyRuntime(Runtime):
 
     def _to_numpy(self, out: Any) -> np.ndarray:
         return np.asarray(out, dtype=np.float32)
+
+    def batchable(self, kind: str, precision: str, mode: str) -> bool:
+        return kind in BATCHED_KINDS and self.refusal(kind, precision, mode) is None
+
+    def _prepare_batch(
+        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
+    ) -> Any:
+        return {name: np.stack([np.asarray(one[name], dtype=np.float32) for one in inputs])
+                for name in inputs[0]}
+
+    def _build_batch(
+        self, spec: OpSpec, variant: Variant, args: Any, size: int
+    ) -> tuple[Any, float | None]:
+        return (lambda a: evaluate(spec, a, np.float32)), None

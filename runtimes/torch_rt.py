@@ -86,6 +86,23 @@ def op_function(spec: OpSpec) -> Any:
     raise ValueError(f"no torch function for {kind}")
 
 
+def batched_function(spec: OpSpec) -> Any:
+    """``op_function(spec)`` over inputs stacked along a new leading dimension: attention,
+    whose batch rows are independent, folds that dimension into its batch (vmap has no batching
+    rule for CPU flash attention and would loop); every other kind is ``torch.func.vmap``'d (a
+    matmul becomes one bmm, a linear one batched GEMM with per-workload weights)."""
+    torch = _torch()
+    fn = op_function(spec)
+    if spec.kind == "attention":
+        def attention(t: dict[str, Any]) -> Any:
+            size = t["q"].shape[0]
+            out = fn({name: x.flatten(0, 1) for name, x in t.items()})
+            return out.unflatten(0, (size, -1))
+
+        return attention
+    return torch.func.vmap(fn)
+
+
 def _gemm_operands(spec: OpSpec, t: dict[str, Any]) -> list[tuple[Any, Any | None]]:
     """(weight (out, in), bias) per GEMM layer, in order, for the int8 paths."""
     if spec.kind == "matmul":
@@ -295,6 +312,37 @@ class TorchRuntime(Runtime):
                 return super().execute(spec, variant, inputs)
         except torch.OutOfMemoryError as exc:
             # Free the cached blocks the failed op left, so the next workload can run.
+            torch.cuda.empty_cache()
+            raise MemoryError(str(exc).splitlines()[0]) from None
+
+    # --- dynamic batching ------------------------------------------------------------------
+    def batchable(self, kind: str, precision: str, mode: str) -> bool:
+        """Eager float variants of every kind: the op's function mapped over a new leading
+        dimension by ``torch.func.vmap`` (a matmul becomes one bmm). int8 packs a quantized
+        module per weight and compiled mode builds per shape: those run one by one."""
+        return (mode == "eager" and precision in ("fp32", "tf32", "bf16", "fp16")
+                and self.refusal(kind, precision, mode) is None)
+
+    def _prepare_batch(
+        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
+    ) -> Any:
+        stacked = {name: np.stack([one[name] for one in inputs]) for name in inputs[0]}
+        return self._prepare(spec, variant, stacked)
+
+    def _build_batch(
+        self, spec: OpSpec, variant: Variant, args: Any, size: int
+    ) -> tuple[Any, float | None]:
+        return batched_function(spec), None
+
+    def execute_batch(
+        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
+    ) -> list[Any]:
+        """As :meth:`Runtime.execute_batch`, without autograd; CUDA OOM -> MemoryError."""
+        torch = _torch()
+        try:
+            with torch.inference_mode():
+                return super().execute_batch(spec, variant, inputs)
+        except torch.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise MemoryError(str(exc).splitlines()[0]) from None
 

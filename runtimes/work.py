@@ -4,6 +4,12 @@
 ``switchyard.results`` shape) and the metric (the ``switchyard.metrics`` shape) as plain dicts.
 Every failure of the workload (bad spec, refused variant, bad inline tensor, out of memory,
 a backend error) becomes ``status: "error"`` with a reason; it never raises for those.
+
+Dynamic batching: :func:`batch_key` says which routes may share one batched call (same op
+spec, shapes and dtype included, same variant, on a runtime that batches them), :func:`plan`
+groups a fetched list of routes by it, and :func:`perform_batch` runs a group as one
+``Runtime.execute_batch`` call with one outcome and metric per workload, or, if the batched
+call fails, one by one with :func:`perform` (one workload's fault never fails the others).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +122,6 @@ def perform(
     # Clocks of the decider's and executor's hosts may disagree by a little: never negative.
     queue_ms = max(0.0, started_at_ms - decided) if decided is not None else 0.0
     raw_variant: dict[str, Any] = _dict(route.get("variant"))
-    attempt = route.get("attempt") if type(route.get("attempt")) is int else 1
     raw_workload = _dict(route.get("workload"))
     op_dict = _dict(raw_workload.get("op"))
     flops = bytes_moved = 0.0
@@ -125,7 +130,6 @@ def perform(
     exec_ms, throttled = 0.0, False
     output_wire: dict[str, Any] | None = None
     digest: str | None = None
-    submitted = _number(raw_workload.get("submitted_at_ms"))
     try:
         variant = Variant.from_dict(route.get("variant"))
         raw_variant = variant.to_dict()
@@ -144,24 +148,60 @@ def perform(
     except Exception as exc:  # a backend failure on one workload must not stop the executor
         logger.exception("workload %s failed on %s", workload_id, runtime.device_class)
         status, error = "error", f"{type(exc).__name__}: {exc}"[:500]
-    finished_at_ms = clock_ms()
-    compile_ms = execution.compile_ms if execution else None
-    energy_j = execution.energy_j if execution else None
+    return _records(route, runtime, device_id=device_id, queue_ms=queue_ms, decided=decided,
+                    started_at_ms=started_at_ms, finished_at_ms=clock_ms(), status=status,
+                    error=error, variant=raw_variant, op=op_dict, flops=flops,
+                    bytes_moved=bytes_moved, execution=execution, exec_ms=exec_ms,
+                    throttled=throttled, digest=digest, output_wire=output_wire,
+                    batch_exec_ms=None)
+
+
+def _records(
+    route: dict[str, Any],
+    runtime: Runtime,
+    *,
+    device_id: str,
+    queue_ms: float,
+    decided: float | None,
+    started_at_ms: int,
+    finished_at_ms: int,
+    status: str,
+    error: str | None,
+    variant: dict[str, Any],
+    op: dict[str, Any],
+    flops: float,
+    bytes_moved: float,
+    execution: Execution | None,
+    exec_ms: float,
+    throttled: bool,
+    digest: str | None,
+    output_wire: dict[str, Any] | None,
+    batch_exec_ms: float | None,
+) -> WorkResult:
+    """The outcome and metric of one workload. A batched workload's metric says its share of
+    the call (``exec_ms``), the call's time (``batch_exec_ms``) and ``batch_size``; its
+    outcome's ``latency_ms`` is the call's time, which is how long the workload really took."""
+    workload_id = route_id(route)
+    raw_workload = _dict(route.get("workload"))
+    submitted = _number(raw_workload.get("submitted_at_ms"))
+    attempt = route.get("attempt") if type(route.get("attempt")) is int else 1
+    batch_size = execution.batch_size if execution else 1
     common = {
         "device_id": device_id,
         "device_class": runtime.device_class,
-        "variant": raw_variant,
+        "variant": variant,
         "queue_ms": queue_ms,
-        "compile_ms": compile_ms,
-        "energy_j": energy_j,
+        "compile_ms": execution.compile_ms if execution else None,
+        "energy_j": execution.energy_j if execution else None,
         "error": error,
         "attempt": attempt,
         "simulated": runtime.simulated,
+        "batch_size": batch_size,
     }
     outcome = {
         "id": workload_id,
         "status": status,
-        "latency_ms": exec_ms,
+        "latency_ms": batch_exec_ms if batch_exec_ms is not None else exec_ms,
         "checksum": digest,
         "output": output_wire,
         "decided_at_ms": int(decided) if decided is not None else None,
@@ -172,7 +212,7 @@ def perform(
     metric = {
         "workload_id": workload_id,
         "runtime": runtime.name,
-        "op": op_dict,
+        "op": op,
         "flops": flops,
         "bytes_moved": bytes_moved,
         "status": status,
@@ -182,6 +222,111 @@ def perform(
         "predicted_ms": _number(route.get("predicted_ms")),
         "setup_ms": execution.setup_ms if execution else None,
         "throttled": throttled,
+        "batch_exec_ms": batch_exec_ms,
         **common,
     }
     return WorkResult(outcome=outcome, metric=metric)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A route whose workload and variant parsed, ready to join a batch."""
+
+    route: dict[str, Any]
+    workload: Workload
+    variant: Variant
+
+
+def batch_key(
+    route: dict[str, Any], runtime: Runtime, limits: WorkloadLimits
+) -> tuple[Hashable, Parsed] | None:
+    """What a route may be batched on (its op's signature, shapes and dtype included, and its
+    variant) with the parsed route; None when it must run alone: it does not parse, its
+    variant is not among the request's precisions, or the runtime does not batch it."""
+    try:
+        variant = Variant.from_dict(route.get("variant"))
+        workload = parse_workload(route.get("workload"), limits)
+    except Exception:  # whatever fails here, perform reports for this route alone
+        return None
+    if variant.precision not in workload.precisions or not runtime.batchable(
+            workload.op.kind, variant.precision, variant.mode):
+        return None
+    return (workload.op.signature(), variant), Parsed(route, workload, variant)
+
+
+def plan(keys: Sequence[Hashable | None], max_batch: int) -> list[list[int]]:
+    """Indices of ``keys`` grouped into batches: equal keys together, at most ``max_batch`` a
+    group, groups in the order of their first member; a None key is a group of its own."""
+    groups: list[list[int]] = []
+    open_group: dict[Hashable, list[int]] = {}
+    for index, key in enumerate(keys):
+        group = open_group.get(key) if key is not None else None
+        if group is None or len(group) >= max_batch:
+            group = [index]
+            groups.append(group)
+            if key is not None:
+                open_group[key] = group
+        else:
+            group.append(index)
+    return groups
+
+
+def perform_batch(
+    batch: Sequence[Parsed],
+    runtime: Runtime,
+    *,
+    device_id: str,
+    limits: WorkloadLimits,
+    slowdown: float = 1.0,
+    clock_ms: Callable[[], int] = now_ms,
+) -> list[WorkResult]:
+    """Run routes of one :func:`batch_key` as one batched call: one result per route, in
+    order. Every workload of the call started when the call's inputs were made and finished
+    when the last checksum was taken; the slowdown stretches the call as a whole. If the
+    batched call fails, each route runs alone with :func:`perform`."""
+    if len(batch) == 1:
+        return [perform(batch[0].route, runtime, device_id=device_id, limits=limits,
+                        slowdown=slowdown, clock_ms=clock_ms)]
+    started_at_ms = clock_ms()
+    first = batch[0]
+    spec, variant = first.workload.op, first.variant
+    try:
+        inputs = [dict(p.workload.inputs) if p.workload.inputs is not None
+                  else {} if runtime.simulated else make_inputs(spec, p.workload.seed)
+                  for p in batch]
+        executions = runtime.execute_batch(spec, variant, inputs)
+        batch_ms = executions[0].batch_exec_ms
+        if batch_ms is None:
+            raise RuntimeError("execute_batch ran the workloads one by one")
+    except Exception as exc:  # one bad workload must not fail the others: one by one
+        logger.warning("batch of %d %s on %s failed (%s); running them one by one",
+                       len(batch), spec.kind, runtime.device_class, exc)
+        return [perform(p.route, runtime, device_id=device_id, limits=limits,
+                        slowdown=slowdown, clock_ms=clock_ms) for p in batch]
+    if slowdown > 1.0:
+        start = time.perf_counter_ns()
+        time.sleep((slowdown - 1.0) * batch_ms / 1e3)
+        batch_ms += (time.perf_counter_ns() - start) / 1e6
+    flops, bytes_moved = spec.flops(), spec.bytes_moved(variant.precision)
+    op_dict = spec.to_dict()
+    done = []
+    for parsed, execution in zip(batch, executions, strict=True):
+        output, digest, wire = execution.output, None, None
+        if output is not None:
+            digest = checksum(output)
+            if (parsed.workload.return_output
+                    and output.size <= limits.max_inline_elements):
+                wire = encode_tensor(output.astype(spec.dtype))
+        done.append((parsed, execution, digest, wire))
+    finished_at_ms = clock_ms()
+    results = []
+    for parsed, execution, digest, wire in done:
+        decided = _number(parsed.route.get("decided_at_ms"))
+        results.append(_records(
+            parsed.route, runtime, device_id=device_id,
+            queue_ms=max(0.0, started_at_ms - decided) if decided is not None else 0.0,
+            decided=decided, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms,
+            status="ok", error=None, variant=variant.to_dict(), op=op_dict, flops=flops,
+            bytes_moved=bytes_moved, execution=execution, exec_ms=batch_ms / len(batch),
+            throttled=slowdown > 1.0, digest=digest, output_wire=wire, batch_exec_ms=batch_ms))
+    return results

@@ -25,3 +25,19 @@ def test_without_timestamps_it_is_the_execution_plus_setup() -> None:
     assert service_ms(outcome(compile_ms=5.0)) == 15.0
     # A clock that disagrees (finished before it started): the measured execution instead.
     assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_020, compile_ms=1.0)) == 11.0
+
+
+def test_a_batched_workload_is_charged_its_share_of_the_call() -> None:
+    """Four workloads held together for 60 ms each took 15 ms of the class's time, so the
+    backlog's pace sees a class that batches drain its queue faster."""
+    from models.backlog import Backlog
+
+    batched = outcome(decided_at_ms=1_000, finished_at_ms=1_100, batch_size=4, latency_ms=40.0)
+    assert service_ms(batched) == 15.0
+    assert service_ms(outcome(batch_size=4, latency_ms=40.0)) == 10.0
+    backlog = Backlog()
+    backlog.add("torch-cpu-x86", 4 * 20.0, 4)  # four workloads predicted 20 ms each
+    for _ in range(4):
+        backlog.observe("torch-cpu-x86", 20.0, service_ms(batched))
+    assert backlog.pace("torch-cpu-x86") < 1.0
+    assert backlog.ms("torch-cpu-x86") < 80.0

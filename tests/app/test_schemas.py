@@ -158,6 +158,13 @@ def test_records_as_the_stages_write_them_validate() -> None:
     assert batch == {"version": 2, "metrics": [metric] * 3} and valid("metrics", batch)
     assert not valid("metrics", {"version": 3, "metrics": [metric]})
     assert not valid("metrics", {"version": 2, "metrics": [{**metric, "exec_ms": "1"}]})
+    # A workload of a batched call (dynamic batching): its share, the call's time and size.
+    assert metric["batch_size"] == 1 and metric["batch_exec_ms"] is None
+    batched = {**metric, "exec_ms": 0.05, "batch_exec_ms": 0.2, "batch_size": 4}
+    assert valid("metrics", batched) and valid("metrics", {"version": 2, "metrics": [batched]})
+    assert not valid("metrics", {**batched, "batch_size": 0})
+    assert valid("outcomes", result_record(batch_size=4)) and valid("results", result_record())
+    assert not valid("results", result_record(batch_size=0))
     heartbeat = json.loads(HeartbeatRecord(
         device_id="d1", device_class="numpy-cpu-x86", runtime="numpy", device="cpu",
         capabilities=[["matmul", "fp32", "eager"]], queue_depth=0, sent_at_ms=5,
@@ -233,6 +240,19 @@ def _metric(**change: Any) -> dict[str, Any]:
            "bytes_moved": 768.0, "status": "ok", "queue_ms": 0.0, "exec_ms": 0.1,
            "started_at_ms": 1, "finished_at_ms": 2}
     return {**row, **change}
+
+
+def test_rows_without_the_batch_fields_read_as_unbatched() -> None:
+    """Rows of executors from before dynamic batching parse with batch size 1."""
+    from agents.complete import parse_outcome
+    from agents.learn import parse_metric
+
+    row = parse_metric(json.dumps(_metric()).encode())
+    assert row.batch_size == 1 and row.batch_exec_ms is None
+    batched = parse_metric(json.dumps(_metric(batch_size=3, batch_exec_ms=0.3)).encode())
+    assert batched.batch_size == 3 and batched.batch_exec_ms == 0.3
+    outcome = {k: v for k, v in result_record().items() if k != "batch_size"}
+    assert parse_outcome(json.dumps(outcome).encode()).batch_size == 1
 
 
 def test_a_metric_batch_is_parsed_row_by_row_and_a_bad_row_is_refused_alone() -> None:

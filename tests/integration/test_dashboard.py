@@ -61,7 +61,9 @@ def settle(cluster: LocalCluster, count: int, timeout_s: float = 60.0) -> None:
 @pytest.fixture(scope="module")
 def cluster(broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     workdir = tmp_path_factory.mktemp("dashboard")
-    local = LocalCluster.isolated(workdir, broker=broker)
+    # Without dynamic batching: the checks below count one learned sample per workload, and a
+    # batched call is learned once (agents/learn.py), so batches would make the count vary.
+    local = LocalCluster.isolated(workdir, broker=broker, SWITCHYARD_EXECUTOR_BATCHING="false")
     try:
         worker = local.start_worker()
         executors = [local.start_executor("numpy"), local.start_executor("sim", "h100"),

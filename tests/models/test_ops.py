@@ -422,3 +422,30 @@ def test_reference_semantics_by_hand() -> None:
     inputs = make_inputs(mlp, 9)
     h = np.maximum(inputs["x"].astype(np.float64) @ inputs["w0"].T, 0) @ inputs["w1"].T
     np.testing.assert_allclose(reference(mlp, inputs), h, rtol=1e-6)  # no act after the last
+
+
+@pytest.mark.parametrize("case_name", ["matmul", "bmm", "attention", "layernorm", "softmax"])
+def test_batched_equivalent_computes_the_stacked_workloads(case_name: str) -> None:
+    """The op a batched call is learned as computes exactly the stacked workloads."""
+    from models.ops import batched_equivalent, make_inputs, reference
+    from tests.runtimes.cases import case
+
+    spec = case(case_name)
+    size = 3
+    inputs = [make_inputs(spec, seed) for seed in range(size)]
+    equivalent = batched_equivalent(spec, size)
+    assert equivalent is not None and equivalent.flops() == pytest.approx(size * spec.flops())
+    stacked = {name: np.stack([one[name] for one in inputs]) for name in inputs[0]}
+    folded = {name: x.reshape(equivalent.input_shapes()[name]) for name, x in stacked.items()}
+    expected = np.stack([reference(spec, one) for one in inputs])
+    out = reference(equivalent, folded)
+    np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-12)
+    assert batched_equivalent(spec, 1) == spec
+
+
+def test_ops_with_a_weight_per_workload_have_no_batched_equivalent() -> None:
+    from models.ops import batched_equivalent
+    from tests.runtimes.cases import case
+
+    for name in ("linear-gelu", "mlp-relu", "conv2d-1x1"):
+        assert batched_equivalent(case(name), 4) is None

@@ -13,7 +13,7 @@ from models.tensors import checksum, decode_tensor, encode_tensor
 from models.workload import WorkloadLimits
 from runtimes import Runtime, get_runtime
 from runtimes.check import within_tolerance
-from runtimes.work import perform, read_slowdown, route_id
+from runtimes.work import batch_key, perform, perform_batch, plan, read_slowdown, route_id
 
 OP = {"kind": "matmul", "m": 3, "k": 4, "n": 5}
 
@@ -172,3 +172,93 @@ def test_route_id() -> None:
     for bad in ([], {"id": ""}, {"id": 5}, {}):
         with pytest.raises(SpecError):
             route_id(bad)
+
+
+# --- dynamic batching -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cpu_runtimes() -> dict[str, Runtime]:
+    """This module's own runtimes (the session's shared ones are kept cold for
+    test_correctness's first-call checks)."""
+    return {name: get_runtime(name, "cpu", threads=1) for name in ("numpy", "torch")}
+
+
+def batch_route(workload_id: str, op: dict[str, Any] = OP, precision: str = "fp32",
+                **workload: Any) -> dict[str, Any]:
+    return {**route(precision, **workload), "id": workload_id,
+            "workload": {"id": workload_id, "op": op, "precisions": [precision], **workload}}
+
+
+def test_plan_groups_equal_keys_in_first_seen_order_up_to_the_maximum() -> None:
+    keys = ["a", "b", None, "a", "a", None, "b", "a"]
+    assert plan(keys, 8) == [[0, 3, 4, 7], [1, 6], [2], [5]]
+    assert plan(keys, 2) == [[0, 3], [1, 6], [2], [4, 7], [5]]
+    assert plan(keys, 1) == [[i] for i in range(8)]
+    assert plan([], 4) == []
+
+
+def test_batch_key_is_op_spec_and_variant(cpu_runtimes: dict[str, Runtime]) -> None:
+    torch_rt, limits = cpu_runtimes["torch"], WorkloadLimits()
+    key = batch_key(batch_route("a"), torch_rt, limits)
+    assert key is not None and key[0] == batch_key(batch_route("b", seed=9), torch_rt, limits)[0]
+    other_shape = batch_key(batch_route("c", {**OP, "n": 6}), torch_rt, limits)
+    other_dtype = batch_key(batch_route("d", {**OP, "dtype": "float16"}), torch_rt, limits)
+    other_variant = batch_key(batch_route("e", precision="bf16"), torch_rt, limits)
+    assert len({key[0], other_shape[0], other_dtype[0], other_variant[0]}) == 4  # type: ignore[index]
+    # Not batched: a bad spec, a variant the request refuses, int8, a runtime that does not.
+    assert batch_key(batch_route("f", {**OP, "m": 0}), torch_rt, limits) is None
+    assert batch_key({**batch_route("g"), "variant": {"precision": "bf16"}}, torch_rt,
+                     limits) is None
+    assert batch_key(batch_route("h", precision="int8"), torch_rt, limits) is None
+    linear = {"kind": "linear", "batch": 2, "in_features": 3, "out_features": 4}
+    assert batch_key(batch_route("i", linear), cpu_runtimes["numpy"], limits) is None
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_perform_batch_gives_each_workload_its_outcome_and_metric(
+    cpu_runtimes: dict[str, Runtime], precision: str
+) -> None:
+    rt, limits = cpu_runtimes["torch"], WorkloadLimits()
+    spec = parse_op(OP)
+    inline = make_inputs(spec, 77)
+    routes = [batch_route(f"w{i}", precision=precision, seed=i, return_output=True)
+              for i in range(4)]
+    routes.append(batch_route("inline", precision=precision, return_output=True,
+                              inputs={k: encode_tensor(v) for k, v in inline.items()}))
+    parsed = [batch_key(r, rt, limits) for r in routes]
+    assert all(p is not None for p in parsed)
+    clock = iter(range(1500, 1600))
+    results = perform_batch([p[1] for p in parsed if p], rt, device_id="d", limits=limits,
+                            clock_ms=lambda: next(clock))
+    assert [r.outcome["id"] for r in results] == [r["id"] for r in routes]
+    expected = [make_inputs(spec, i) for i in range(4)] + [inline]
+    for result, inputs in zip(results, expected, strict=True):
+        o, m = result.outcome, result.metric
+        alone = run(rt, {**routes[0], "workload": {**routes[0]["workload"], "inputs": {
+            k: encode_tensor(v) for k, v in inputs.items()}}})
+        out = decode_tensor(o["output"], 100)
+        assert within_tolerance(out, reference(spec, inputs), precision)[0]
+        assert o["status"] == "ok" and o["checksum"] == checksum(out)
+        if precision == "fp32":  # the same fp32 kernel on the same values: the same bits
+            assert o["checksum"] == alone.outcome["checksum"]
+        assert o["batch_size"] == m["batch_size"] == 5 and alone.metric["batch_size"] == 1
+        assert o["latency_ms"] == m["batch_exec_ms"] > 0 and alone.metric["batch_exec_ms"] is None
+        assert m["exec_ms"] == pytest.approx(m["batch_exec_ms"] / 5)
+        assert o["queue_ms"] == 500 and m["started_at_ms"] == 1500 and m["finished_at_ms"] == 1501
+        assert m["flops"] == 120 and m["op"] == spec.to_dict() and m["variant"]["precision"] == precision
+
+
+def test_a_failing_batch_runs_one_by_one(cpu_runtimes: dict[str, Runtime]) -> None:
+    """A batched call that raises is retried workload by workload, each with its own call."""
+    rt, limits = cpu_runtimes["torch"], WorkloadLimits()
+    routes = [batch_route(f"w{i}", seed=i) for i in range(3)]
+    parsed = [p[1] for r in routes if (p := batch_key(r, rt, limits))]
+
+    class Failing(type(rt)):  # type: ignore[misc]
+        def execute_batch(self, *args: Any) -> Any:
+            raise RuntimeError("batched kernel failed")
+
+    failing = Failing.__new__(Failing)
+    failing.__dict__.update(rt.__dict__)
+    results = perform_batch(parsed, failing, device_id="d", limits=limits)
+    assert [r.outcome["status"] for r in results] == ["ok"] * 3
+    assert [r.metric["batch_size"] for r in results] == [1, 1, 1]

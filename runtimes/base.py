@@ -160,9 +160,11 @@ class Runtime(ABC):
     def _prepare_batch(
         self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
     ) -> Any:
-        """Stack and prepare the inputs of several workloads (untimed); batching runtimes
-        override this with :meth:`_build_batch` and :meth:`_split_batch`."""
-        raise NotImplementedError
+        """Stack the inputs of several workloads along a new leading dimension and prepare
+        them as one workload's (untimed); batching runtimes implement :meth:`_build_batch`
+        and :meth:`_split_batch`."""
+        stacked = {name: np.stack([one[name] for one in inputs]) for name in inputs[0]}
+        return self._prepare(spec, variant, stacked)
 
     def _build_batch(
         self, spec: OpSpec, variant: Variant, args: Any, size: int

@@ -267,12 +267,6 @@ class JaxRuntime(Runtime):
         dimension (int8 packs quantized weights per workload: one by one)."""
         return precision != "int8" and self.refusal(kind, precision, mode) is None
 
-    def _prepare_batch(
-        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
-    ) -> Any:
-        stacked = {name: np.stack([one[name] for one in inputs]) for name in inputs[0]}
-        return self._prepare(spec, variant, stacked)
-
     def _build_batch(
         self, spec: OpSpec, variant: Variant, args: Any, size: int
     ) -> tuple[Any, float | None]:

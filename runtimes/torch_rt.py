@@ -323,12 +323,6 @@ class TorchRuntime(Runtime):
         return (mode == "eager" and precision in ("fp32", "tf32", "bf16", "fp16")
                 and self.refusal(kind, precision, mode) is None)
 
-    def _prepare_batch(
-        self, spec: OpSpec, variant: Variant, inputs: list[dict[str, np.ndarray]]
-    ) -> Any:
-        stacked = {name: np.stack([one[name] for one in inputs]) for name in inputs[0]}
-        return self._prepare(spec, variant, stacked)
-
     def _build_batch(
         self, spec: OpSpec, variant: Variant, args: Any, size: int
     ) -> tuple[Any, float | None]:

@@ -4,9 +4,11 @@ the checksum its own unbatched call gives."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,31 @@ def route(workload_id: str, seed: int) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def torch_executor(broker: str, ns: str, tmp_path: Path, device_id: str,
+                   **env: str) -> Iterator[Callable[[], str | None]]:
+    """A torch CPU executor process on one thread in namespace ``ns``, stopped on exit; yields
+    a check that says (with its log) when it has died."""
+    full_env = {**os.environ, "SWITCHYARD_BROKER": broker, "SWITCHYARD_TOPIC_NAMESPACE": ns,
+                "OMP_NUM_THREADS": "1", **env}
+    log_path = tmp_path / "executor.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "executor", "--runtime", "torch", "--device",
+             "cpu", "--threads", "1", "--id", device_id],
+            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+
+        def died() -> str | None:
+            return (None if proc.poll() is None
+                    else "executor exited:\n" + log_path.read_text()[-3000:])
+
+        try:
+            yield died
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
 async def test_a_burst_runs_batched_with_one_result_each(
         broker: str, unique: str, tmp_path: Path) -> None:
     ns = f"t{unique}."
@@ -48,29 +75,14 @@ async def test_a_burst_runs_batched_with_one_result_each(
     ids = [f"mm-{i}" for i in range(BURST)]
     # The whole burst is queued before the executor starts, so its first fetch holds it.
     await produce(broker, routes, [(wid, route(wid, seed=i)) for i, wid in enumerate(ids)])
-    env = {**os.environ, "SWITCHYARD_BROKER": broker, "SWITCHYARD_TOPIC_NAMESPACE": ns,
-           "SWITCHYARD_EXECUTOR_MAX_BATCH": "16", "OMP_NUM_THREADS": "1"}
-    log_path = tmp_path / "executor.log"
-    log = open(log_path, "w")  # noqa: SIM115  (closed in finally, after the process exits)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "executor", "--runtime", "torch", "--device", "cpu",
-         "--threads", "1", "--id", "batcher"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def died() -> str | None:
-        return None if proc.poll() is None else "executor exited:\n" + log_path.read_text()[-3000:]
-
-    try:
+    with torch_executor(broker, ns, tmp_path, "batcher",
+                        SWITCHYARD_EXECUTOR_MAX_BATCH="16") as died:
         outcomes = await consume_until(
             broker, f"{ns}switchyard.outcomes", lambda m: {x["key"] for x in m} >= set(ids),
             timeout_s=90, abort=died)
         metrics = await consume_until(
             broker, f"{ns}switchyard.metrics", lambda m: len(m) >= BURST, timeout_s=30,
             abort=died)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
     assert sorted(m["key"] for m in outcomes) == sorted(ids)  # exactly once each
     assert sorted(m["value"]["workload_id"] for m in metrics) == sorted(ids)
     rows = {m["value"]["workload_id"]: m["value"] for m in metrics}
@@ -100,19 +112,8 @@ async def test_a_batch_wait_gathers_routes_that_arrive_one_by_one(
     routes = f"{ns}switchyard.routes.{DEVICE_CLASS}"
     await create_topics(broker, [routes], partitions=1)
     # Far longer than the four sends take, so the test does not depend on how fast they are.
-    env = {**os.environ, "SWITCHYARD_BROKER": broker, "SWITCHYARD_TOPIC_NAMESPACE": ns,
-           "SWITCHYARD_EXECUTOR_BATCH_WAIT_MS": "5000", "OMP_NUM_THREADS": "1"}
-    log_path = tmp_path / "executor.log"
-    log = open(log_path, "w")  # noqa: SIM115  (closed in finally, after the process exits)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "executor", "--runtime", "torch", "--device", "cpu",
-         "--threads", "1", "--id", "waiter"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def died() -> str | None:
-        return None if proc.poll() is None else "executor exited:\n" + log_path.read_text()[-3000:]
-
-    try:
+    with torch_executor(broker, ns, tmp_path, "waiter",
+                        SWITCHYARD_EXECUTOR_BATCH_WAIT_MS="5000") as died:
         # Serving and fetching: a first route's outcome is back (after its own wait).
         await produce(broker, routes, [("ready", route("ready", seed=99))])
         await consume_until(broker, f"{ns}switchyard.outcomes",
@@ -124,10 +125,6 @@ async def test_a_batch_wait_gathers_routes_that_arrive_one_by_one(
         outcomes = await consume_until(
             broker, f"{ns}switchyard.outcomes", lambda m: {x["key"] for x in m} >= set(ids),
             timeout_s=60, abort=died)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
     by_id = {m["key"]: m["value"] for m in outcomes}
     assert sorted(m["key"] for m in outcomes) == sorted(ids + ["ready"])
     assert [by_id[wid]["batch_size"] for wid in ids] == [4, 4, 4, 4]

@@ -203,6 +203,7 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
             logger.error("%s/%s failed: %s", device_set.name, policy, exc)
             stats = {"error": str(exc)[-2000:]}
         stats["wall_s"] = time.monotonic() - started
+        stats["measured_at"] = now_utc()
         out["policies"][policy] = stats
         c = stats.get("completion_ms", {})
         print(f"[scheduling] {device_set.name} {policy:<11} mean {fmt(c.get('mean'))} ms "
@@ -210,13 +211,18 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
               f"{fmt(stats.get('queue_ms', {}).get('p50'))} ms, decide p50 "
               f"{fmt(stats.get('decision_ms', {}).get('p50'))} ms, "
               f"{stats['wall_s']:.0f} s", flush=True)
+    add_ratios(out)
+    return out
+
+
+def add_ratios(out: dict[str, Any]) -> None:
+    """Each policy's completion statistics over the oracle's, in place."""
     oracle = out["policies"].get("oracle", {}).get("completion_ms", {})
     for stats in out["policies"].values():
         c = stats.get("completion_ms")
         if c:
             stats["ratio_to_oracle"] = {k: ratio(c[k], oracle.get(k))
                                         for k in ("mean", "p95", "p99")}
-    return out
 
 
 def plot(results: dict[str, Any], out_dir: Path) -> Path:
@@ -289,7 +295,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
                 rows.append([policy, "failed"] + [""] * 9)
                 continue
             c, r = s["completion_ms"], s.get("ratio_to_oracle", {})
-            rows.append([policy, fmt(c["mean"]), fmt(c["p95"]), fmt(c["p99"]),
+            rows.append([policy + (f" (rerun {s.get('measured_at')})" if s.get("rerun") else ""),
+                         fmt(c["mean"]), fmt(c["p95"]), fmt(c["p99"]),
                          fmt(s["throughput_per_s"], ".1f"),
                          fmt(None if s["deadline_attainment"] is None
                              else 100 * s["deadline_attainment"], ".0f") + " %",
@@ -317,15 +324,27 @@ def run(quick: bool, out_dir: Path) -> int:
                 DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16"))]
         seconds, drain = 20.0, 20.0
     results: dict[str, Any] = {"machine": info, "quick": quick, "sets": {}}
+    # Re-run some sets (SWITCHYARD_BENCH_SETS) or some policies of each set
+    # (SWITCHYARD_BENCH_POLICIES, e.g. switchyard after a change to it) of the full mode and
+    # keep the other figures from the last run; each policy records when it was measured.
     only = [n for n in os.environ.get("SWITCHYARD_BENCH_SETS", "").split(",") if n]
+    policies = tuple(p for p in os.environ.get("SWITCHYARD_BENCH_POLICIES", "").split(",")
+                     if p) or POLICY_NAMES
     if only:
-        # Re-run some sets of the full mode and keep the others' figures from the last run.
         sets = [s for s in sets if s.name in only]
-        previous = out_dir / "scheduling.json"
-        if previous.exists():
-            results["sets"] = json.loads(previous.read_text()).get("sets", {})
+    previous = out_dir / "scheduling.json"
+    if (only or policies != POLICY_NAMES) and previous.exists():
+        results["sets"] = json.loads(previous.read_text()).get("sets", {})
     for device_set in sets:
-        results["sets"][device_set.name] = run_set(device_set, seconds, drain, out_dir)
+        fresh = run_set(device_set, seconds, drain, out_dir, policies)
+        kept = results["sets"].get(device_set.name)
+        if policies != POLICY_NAMES and kept:
+            for stats in fresh["policies"].values():
+                stats["rerun"] = True  # later than the rest of its set
+            kept["policies"].update(fresh["policies"])
+            add_ratios(kept)
+            fresh = kept
+        results["sets"][device_set.name] = fresh
         write_json(out_dir, "scheduling", results)  # keep what is done if a later set fails
     for stopper in STOPPERS:
         stopper.join()

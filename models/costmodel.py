@@ -274,14 +274,8 @@ class CostModel:
         if x is None:
             if len(self._cache) >= self.FEATURE_CACHE_SIZE:
                 self._cache.clear()
-            prior = self.prior
-            x = shape_features(
-                op,
-                variant,
-                prior.roofline_log_ms(op, variant),
-                prior.work_log_ms(op, variant),
-                prior.cache_bytes,
-            )
+            roofline, work = self.prior.roofline_and_work_log_ms(op, variant)
+            x = shape_features(op, variant, roofline, work, self.prior.cache_bytes)
             x.flags.writeable = False
             self._cache[key] = x
         return x

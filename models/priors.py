@@ -125,6 +125,13 @@ class PriorDevice:
         """ln(ms) of the roofline time without the per-call overhead (floored at 1 ps)."""
         return math.log(max(self._work_s(op, variant), 1e-15) * 1e3)
 
+    def roofline_and_work_log_ms(self, op: OpSpec, variant: Variant) -> tuple[float, float]:
+        """`roofline_log_ms` and `work_log_ms` at the cost of one (FLOPs and bytes are
+        computed once: this is the feature cache's miss path)."""
+        work = self._work_s(op, variant)
+        return (math.log(max(self.device.launch_overhead_s + work, 1e-12) * 1e3),
+                math.log(max(work, 1e-15) * 1e3))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the device figures themselves, so a stored model keeps its prior)."""
         dev = self.device

@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from models.ops import MODES, OP_KINDS, PRECISIONS, OpSpec, Variant
+from models.ops import MODES, OP_KINDS, PRECISIONS, SPEC_CLASSES, OpSpec, Variant
 
 __all__ = [
     "FEATURE_FORMAT",
@@ -113,13 +113,19 @@ def _softplus(z: float) -> float:
     return z + math.log1p(math.exp(-z)) if z > 0 else math.log1p(math.exp(z))
 
 
+# Per kind, the spec fields that hold dims (computed once: dataclasses.fields per call was a
+# fifth of the feature cache's miss path).
+_SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
+    kind: tuple(f.name for f in dataclasses.fields(spec) if f.name not in NON_SHAPE_FIELDS)
+    for kind, spec in SPEC_CLASSES.items()
+}
+
+
 def _dims(op: OpSpec) -> list[int]:
     """The op's tensor dims that alignment can matter for (>= 8; not kernel/stride/padding)."""
     out: list[int] = []
-    for f in dataclasses.fields(op):
-        if f.name in NON_SHAPE_FIELDS:
-            continue
-        value = getattr(op, f.name)
+    for name in _SHAPE_FIELDS[op.kind]:
+        value = getattr(op, name)
         values = value if isinstance(value, tuple) else (value,)
         out += [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 8]
     return out

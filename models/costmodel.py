@@ -172,7 +172,7 @@ PRIOR_STD: dict[str, dict[str, float]] = {
         "compiled@kind": 0.3,
         "work@variant@kind": 0.2,
         "spill": 0.04,
-        "aligned": 0.2,
+        "aligned": 0.1,
     },
 }
 # Huber threshold (predictive stds) for a time *above* the prediction. Interference on a

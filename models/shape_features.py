@@ -21,9 +21,13 @@ that shape with textbook constants; these features let a *linear* Bayesian regre
   class) and on real model layers from 53 to 74 %: which variant wins flips with size, and
   differently per kind. Variant-specific hinges on top changed nothing measurable.
 * Cache fit: softplus(log2(working set / cache size)) for each cache level of the class's
-  prior device: zero while the operands fit, growing once they spill.
+  prior device: zero while the operands fit, growing once they spill. Without them the
+  error on real model layers (much larger weights than the random shapes) was 36.6 % instead
+  of 34.0 % (200 rows/class), on held-out random shapes 19.6 % instead of 18.8 %.
 * Alignment: the share of the op's dims (>= 8) that are multiples of 16 and of 64 (vector
-  width and BLAS blocking): real model layers are aligned, random shapes mostly are not.
+  width and BLAS blocking): real model layers are aligned, random shapes mostly are not, so
+  these weights are learned from few rows; a tight prior (0.1) keeps them from
+  extrapolating (at 0.2 the layers' error was 34.0 %, at 0.1 32.5 %).
 
 Every feature is a pure function of (op, variant, prior device), so `CostModel` caches the
 vector per (op, variant) and a prediction stays two dot products.

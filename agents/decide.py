@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,9 +33,18 @@ from app.tables import completed, devices, history, inflight, input_offsets, mod
 from models.costmodel import CostModel
 from models.history import HistoryModel
 from models.ops import SpecError
-from models.policy import Candidate, Decision, make_policy
-from models.registry import candidates_for, live_classes
-from models.setup import WarmRoutes, expected_setup_ms, setup_known
+from models.policy import Decision, make_policy
+from models.registry import live_classes
+from models.routing import (
+    Snapshot,
+    charge,
+    choose,
+    decision_view,
+    inflight_entry,
+    offers,
+    route_fields,
+)
+from models.setup import WarmRoutes
 from models.workload import Workload, WorkloadLimits, decode_json_bounded, parse_workload
 
 logger = logging.getLogger(__name__)
@@ -120,31 +129,21 @@ class Routed:
     workload: Workload
     decision: Decision
     record: RouteRecord
+    fields: dict[str, Any]  # the record's fields
     partition: int
     offset: int | None
     delivery: Any
 
 
-@dataclass
-class Snapshot:
-    """What every decision of one batch reads: live classes, their backlog and cost models.
-
-    Read once per batch rather than once per workload (table reads and model deserialisation
-    were a third of the decide stage's time); work routed within the batch is added to
-    ``backlog_ms`` as it is routed, so a batch does not herd onto one class.
-    """
-
-    classes: dict[str, Any]
-    backlog_ms: dict[str, float]
-    learned: dict[str, CostModel]
-    setup: dict[str, Any]
-
-    @classmethod
-    def now(cls) -> Snapshot:
-        refresh_views()
-        classes, learned = _views["classes"], _views["learned"]
-        return cls(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
-                   learned=dict(learned), setup=_views["setup"])
+def snapshot_now() -> Snapshot:
+    """What every decision of one batch reads: live classes, their backlog (this worker's and
+    the other workers' shares), learned models and setup costs. Read once per batch rather
+    than once per workload (table reads and model deserialisation were a third of the decide
+    stage's time)."""
+    refresh_views()
+    classes = _views["classes"]
+    return Snapshot(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
+                    learned=dict(_views["learned"]), setup=_views["setup"])
 
 
 def refresh_views(force: bool = False) -> dict[str, Any]:
@@ -162,65 +161,25 @@ def refresh_views(force: bool = False) -> dict[str, Any]:
     return _views["classes"]
 
 
-def with_setup(workload: Workload, signature: str, candidates: list[Candidate],
-               snapshot: Snapshot) -> list[Candidate]:
-    """Charge each candidate whose (shape, variant) its class has probably not run yet the
-    class's expected setup (models/setup.py); mark it cold when that setup was never measured
-    (an unknown compiled variant: the policy tries it only on an idle class)."""
-    out = []
-    for c in candidates:
-        if warm_routes.is_warm(c.device_class, (signature, c.variant.precision, c.variant.mode)):
-            out.append(c)
-            continue
-        stored = snapshot.setup.get(c.device_class)
-        kind, mode = workload.op.kind, c.variant.mode
-        out.append(replace(c, setup_ms=expected_setup_ms(stored, kind, mode),
-                           cold=not setup_known(stored, kind, mode)))
-    return out
-
-
 async def send_route(workload: Workload, partition: int, offset: int | None, attempt: int,
                      snapshot: Snapshot) -> Routed | None:
     """Decide where ``workload`` runs and hand its route to the producer (without waiting for
     the ack); None when no live class can run it."""
-    signature = workload.op.signature()
-    candidates = with_setup(workload, signature, candidates_for(workload, snapshot.classes,
-                                                                snapshot.backlog_ms), snapshot)
+    candidates = offers(workload, snapshot, warm_routes)
     if not candidates:
         return None
-    names = sorted({c.device_class for c in candidates})
-    learned = {c: snapshot.learned[c] for c in names if c in snapshot.learned}
-    decision = policy.decide(
-        workload, candidates, learned,
-        history_model(names) if policy.name == "dmda" else None, rng,
-    )
-    record = RouteRecord(
-        id=workload.id,
-        workload=dict(workload.raw),
-        device_class=decision.device_class,
-        variant=decision.variant.to_dict(),
-        predicted_ms=float(decision.predicted_ms),
-        predicted_std_ms=float(decision.predicted_std_ms),
-        predicted_energy_j=decision.predicted_energy_j,
-        reason=decision.reason,
-        model_version=int(decision.model_version),
-        decided_at_ms=now_ms(),
-        policy=policy.name,
-        expected_wait_ms=float(decision.expected_wait_ms),
-        meets_deadline=bool(decision.meets_deadline),
-        attempt=attempt,
-    )
+    history_view = (history_model(sorted({c.device_class for c in candidates}))
+                    if policy.name == "dmda" else None)
+    decision = choose(policy, workload, candidates, snapshot.learned, history_view, rng)
+    fields = route_fields(workload, decision, policy.name, attempt, now_ms())
+    record = RouteRecord(**fields)
     topic = topics.route(decision.device_class)
     if decision.device_class not in _declared_classes:
         await topic.maybe_declare()  # a class's route topic is created when it first appears
         _declared_classes.add(decision.device_class)
-    warm_routes.mark(decision.device_class, (signature, decision.variant.precision,
-                                             decision.variant.mode))
-    snapshot.backlog_ms[decision.device_class] = (
-        snapshot.backlog_ms.get(decision.device_class, 0.0) + record.predicted_ms
-        + decision.setup_ms + settings.dispatch_overhead_ms)
+    charge(snapshot, warm_routes, workload, decision, settings.dispatch_overhead_ms)
     delivery = await topic.send(key=workload.id, value=record.dumps())
-    return Routed(workload, decision, record, partition, offset, delivery)
+    return Routed(workload, decision, record, fields, partition, offset, delivery)
 
 
 def remember(routed: Routed, previous: dict[str, Any] | None) -> None:
@@ -233,25 +192,11 @@ def remember(routed: Routed, previous: dict[str, Any] | None) -> None:
     it is routed again. If the entry is lost but the route is not, the workload runs twice and
     the complete stage publishes only the first result.
     """
-    workload, record = routed.workload, routed.record
-    state.record_decision(routed.partition, {
-        "id": workload.id, "device_class": record.device_class,
-        "variant": record.variant, "predicted_ms": record.predicted_ms,
-        "predicted_std_ms": record.predicted_std_ms, "reason": record.reason,
-        "policy": policy.name, "decided_at_ms": record.decided_at_ms, "attempt": record.attempt,
-        "meets_deadline": record.meets_deadline, "measured_ms": None, "status": None,
-    })
+    workload, record, route = routed.workload, routed.record, routed.fields
+    state.record_decision(routed.partition, decision_view(route))
     observability.inc("switchyard_decisions_total", device_class=record.device_class,
                       policy=policy.name, reason=record.reason)
-    entry = {
-        "device_class": record.device_class, "variant": record.variant,
-        "predicted_ms": record.predicted_ms,
-        # What the class's backlog is charged: the execution, plus the setup of a cold shape.
-        "charged_ms": record.predicted_ms + routed.decision.setup_ms,
-        "decided_at_ms": record.decided_at_ms,
-        "attempt": record.attempt, "partition": routed.partition, "offset": routed.offset,
-        "workload": dict(workload.raw),
-    }
+    entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset)
     inflight[workload.id] = entry
     if previous:
         state.backlog.remove_entry(previous)
@@ -274,7 +219,7 @@ async def route(workload: Workload, partition: int, attempt: int,
                 previous: dict[str, Any] | None) -> Decision | None:
     """Decide, send, await the ack and remember one workload (the re-route path)."""
     routed = await send_route(workload, partition, previous.get("offset") if previous else None,
-                              attempt, Snapshot.now())
+                              attempt, snapshot_now())
     if routed is None:
         return None
     remember(routed, previous)
@@ -350,7 +295,7 @@ async def decide_batch(batch: list[Any]) -> None:
     if not accepted:
         return
     await wait_for_devices()
-    snapshot = Snapshot.now()
+    snapshot = snapshot_now()
     for event, workload, previous in accepted:
         routed = await send_route(workload, event.message.partition, event.message.offset, 1,
                                   snapshot)

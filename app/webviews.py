@@ -15,13 +15,12 @@ from typing import Any
 import numpy as np
 
 from models.costmodel import CostModel
-from models.features import FEATURE_NAMES
 from models.sketch import WindowStats
 
 # Features shown by name in a model summary: the size slopes and the roofline prior are the
 # ones an operator can read ("time grows like flops^w"); one-hot op kinds are summarised by
 # how far they moved from their prior instead.
-KEY_FEATURES = ("bias", "log10_flops", "log10_bytes", "log10_intensity", "prior_log_ms")
+KEY_FEATURES = ("bias", "prior_log_ms", "work", "precision=fp32", "precision=bf16")
 TOP_SHIFTS = 5
 # A device is "late" after missing two heartbeats: one lost heartbeat is normal jitter.
 LATE_AFTER_HEARTBEATS = 2.0
@@ -88,7 +87,7 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
     mean = np.asarray(regression.mean, dtype=float)
     std = np.sqrt(np.maximum(np.diag(regression.cov), 0.0) * noise_var)
     prior_mean, prior_std = regression.prior_mean, regression.prior_std
-    names = list(FEATURE_NAMES)[: mean.size]
+    names = list(CostModel.FEATURE_NAMES)[: mean.size]
 
     def coefficient(i: int) -> dict[str, Any]:
         return {"feature": names[i], "mean": finite(mean[i]), "std": finite(std[i]),

@@ -10,15 +10,17 @@ has to rank classes sensibly until the first measurements arrive.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from models.devices import DEVICE_CATALOG, GIGA, DeviceSpec
 from models.ops import OpSpec, Variant
 
-__all__ = ["PriorDevice", "prior_for_class", "parse_device_class"]
+__all__ = ["PriorDevice", "local_cpu_cache_bytes", "parse_device_class", "prior_for_class"]
 
 PriorScale = Literal["sim", "live"]
 
@@ -48,6 +50,37 @@ GENERIC_BY_KIND: dict[str, str] = {
 # Average power while busy as a fraction of TDP, for the energy prior of live devices
 # (sustained kernels rarely sit at TDP; 0.6 is a typical nvidia-smi reading under load).
 LIVE_POWER_FRACTION = 0.6
+# L1d/L2/L3 bytes when the machine does not say (a current x86 server core) and for
+# accelerators (per-SM shared memory/L1, L2 of a datacenter GPU, L2 again: no L3).
+DEFAULT_CPU_CACHE_BYTES: tuple[float, float, float] = (32e3, 1e6, 32e6)
+ACCELERATOR_CACHE_BYTES: tuple[float, float, float] = (256e3, 50e6, 50e6)
+CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def _parse_size(text: str) -> float:
+    text = text.strip().upper()
+    scale = {"K": 1024.0, "M": 1024.0**2, "G": 1024.0**3}.get(text[-1:], 1.0)
+    return float(text.rstrip("KMG")) * scale
+
+
+@functools.lru_cache(maxsize=1)
+def local_cpu_cache_bytes() -> tuple[float, float, float]:
+    """L1d, L2 and L3 sizes of this machine's first CPU (sysfs), or the defaults.
+
+    Read where the class's prior is first made (the worker): a CPU class's executors are
+    assumed to run on a machine like it; the sizes are stored with the model's prior.
+    """
+    sizes = dict(zip((1, 2, 3), DEFAULT_CPU_CACHE_BYTES, strict=True))
+    try:
+        for index in sorted(CPU_CACHE_DIR.glob("index*")):
+            kind = (index / "type").read_text().strip()
+            if kind in ("Data", "Unified"):
+                sizes[int((index / "level").read_text())] = _parse_size(
+                    (index / "size").read_text()
+                )
+    except (OSError, ValueError):
+        return DEFAULT_CPU_CACHE_BYTES
+    return (sizes[1], sizes[2], sizes[3])
 
 
 def parse_device_class(device_class: str) -> tuple[str, str, str]:
@@ -73,18 +106,31 @@ class PriorDevice:
     scale: PriorScale
     busy_power_w: float
     fallback_precision: str = "fp32"
+    cache_bytes: tuple[float, float, float] = DEFAULT_CPU_CACHE_BYTES
 
-    def roofline_log_ms(self, op: OpSpec, variant: Variant) -> float:
-        """ln(ms) of the roofline time; a precision the device lacks runs at the fp32 rate
-        (emulation or upcast), or the slowest rate the device has."""
+    def _work_s(self, op: OpSpec, variant: Variant) -> float:
         dev = self.device
         peak = dev.peak_flops.get(variant.precision)
         if peak is None:
             peak = dev.peak_flops.get(self.fallback_precision, min(dev.peak_flops.values()))
-        seconds = dev.launch_overhead_s + max(
-            op.flops() / peak, op.bytes_moved(variant.precision) / dev.mem_bw_bytes_s
-        )
+        return max(op.flops() / peak, op.bytes_moved(variant.precision) / dev.mem_bw_bytes_s)
+
+    def roofline_log_ms(self, op: OpSpec, variant: Variant) -> float:
+        """ln(ms) of the roofline time; a precision the device lacks runs at the fp32 rate
+        (emulation or upcast), or the slowest rate the device has."""
+        seconds = self.device.launch_overhead_s + self._work_s(op, variant)
         return math.log(max(seconds, 1e-12) * 1e3)
+
+    def work_log_ms(self, op: OpSpec, variant: Variant) -> float:
+        """ln(ms) of the roofline time without the per-call overhead (floored at 1 ps)."""
+        return math.log(max(self._work_s(op, variant), 1e-15) * 1e3)
+
+    def roofline_and_work_log_ms(self, op: OpSpec, variant: Variant) -> tuple[float, float]:
+        """`roofline_log_ms` and `work_log_ms` at the cost of one (FLOPs and bytes are
+        computed once: this is the feature cache's miss path)."""
+        work = self._work_s(op, variant)
+        return (math.log(max(self.device.launch_overhead_s + work, 1e-12) * 1e3),
+                math.log(max(work, 1e-15) * 1e3))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the device figures themselves, so a stored model keeps its prior)."""
@@ -100,6 +146,7 @@ class PriorDevice:
             "scale": self.scale,
             "busy_power_w": self.busy_power_w,
             "fallback_precision": self.fallback_precision,
+            "cache_bytes": list(self.cache_bytes),
         }
 
     @classmethod
@@ -114,7 +161,16 @@ class PriorDevice:
             float(data["tdp_w"]),
             float(data["idle_w"]),
         )
-        return cls(dev, data["scale"], float(data["busy_power_w"]), str(data["fallback_precision"]))
+        # A prior stored before cache sizes were kept gets the defaults.
+        caches = data.get("cache_bytes") or DEFAULT_CPU_CACHE_BYTES
+        l1, l2, l3 = (float(c) for c in caches)
+        return cls(
+            dev,
+            data["scale"],
+            float(data["busy_power_w"]),
+            str(data["fallback_precision"]),
+            (l1, l2, l3),
+        )
 
 
 def prior_for_class(device_class: str) -> PriorDevice:
@@ -124,12 +180,20 @@ def prior_for_class(device_class: str) -> PriorDevice:
         spec = DEVICE_CATALOG.get(model)
         if spec is not None:
             # The simulator charges TDP while busy (models.devices.roofline_energy_j).
-            return PriorDevice(spec, "sim", spec.tdp_w)
-        return PriorDevice(GENERIC_CPU, "live", GENERIC_CPU.tdp_w * LIVE_POWER_FRACTION)
+            caches = DEFAULT_CPU_CACHE_BYTES if spec.kind == "cpu" else ACCELERATOR_CACHE_BYTES
+            return PriorDevice(spec, "sim", spec.tdp_w, cache_bytes=caches)
+        return PriorDevice(
+            GENERIC_CPU,
+            "live",
+            GENERIC_CPU.tdp_w * LIVE_POWER_FRACTION,
+            cache_bytes=local_cpu_cache_bytes(),
+        )
     overhead = RUNTIME_OVERHEAD_S.get(runtime, 10e-6)
+    caches = local_cpu_cache_bytes()
     if kind == "cpu" or kind not in GENERIC_BY_KIND:
         spec = GENERIC_CPU
     else:
+        caches = ACCELERATOR_CACHE_BYTES
         spec = DEVICE_CATALOG.get(model) or DEVICE_CATALOG[GENERIC_BY_KIND[kind]]
         # An accelerator op pays the framework dispatch *and* the kernel launch.
         overhead += spec.launch_overhead_s
@@ -142,4 +206,4 @@ def prior_for_class(device_class: str) -> PriorDevice:
         spec.tdp_w,
         spec.idle_w,
     )
-    return PriorDevice(live, "live", spec.tdp_w * LIVE_POWER_FRACTION)
+    return PriorDevice(live, "live", spec.tdp_w * LIVE_POWER_FRACTION, cache_bytes=caches)

@@ -70,13 +70,15 @@ class BayesLinReg:
         drift_alpha: float = 0.3,
         drift_threshold: float = 1.5,
         bias_index: int = 0,
+        huber_k_slow: float = HUBER_K,
     ) -> None:
         """Start at the prior ``N(prior_mean, diag(prior_std^2))`` on the weights.
 
         ``noise_std`` is the prior guess of the residual std, worth ``noise_dof`` rows.
         ``forgetting`` is lambda (memory ~1/(1-lambda) rows). When the EWMA (weight
         ``drift_alpha``) of standardised residuals exceeds ``drift_threshold`` in absolute
-        value, variance is injected on weight ``bias_index``.
+        value, variance is injected on weight ``bias_index``. ``huber_k_slow`` is the Huber
+        threshold for rows *above* the prediction (`HUBER_K` both ways by default).
         """
         self.prior_mean = np.asarray(prior_mean, dtype=np.float64).copy()
         self.prior_std = np.asarray(prior_std, dtype=np.float64).copy()
@@ -92,6 +94,7 @@ class BayesLinReg:
         self.drift_alpha = float(drift_alpha)
         self.drift_threshold = float(drift_threshold)
         self.bias_index = int(bias_index)
+        self.huber_k_slow = float(huber_k_slow)
         # Prior precision relative to the prior noise variance (NIG convention).
         self._p0 = self.noise_std**2 / self.prior_std**2
         self._eta0 = self._p0 * self.prior_mean
@@ -160,7 +163,8 @@ class BayesLinReg:
 
         Rows are predicted from the model as it stood at the start of their chunk (chunks
         grow with the model's age, see `CHUNK_MIN`/`CHUNK_MAX`, and end at a drift event).
-        Rows beyond `HUBER_K` predictive stds are down-weighted (Huber); the result equals
+        Rows beyond `HUBER_K` predictive stds below, or ``huber_k_slow`` above, the
+        prediction are down-weighted (Huber); the result equals
         sequential learning exactly when no row is, and closely otherwise.
         """
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
@@ -191,7 +195,8 @@ class BayesLinReg:
             count = stop - start
             mu_out[start:stop], sd_out[start:stop] = mu[:count], sd[:count]
             self._learn_noise(np.minimum(z[:count] ** 2, MAX_Z2) * noise, param_var[:count] / noise)
-            robust = np.minimum(1.0, HUBER_K / np.maximum(np.abs(z[:count]), 1e-12))
+            k = np.where(z[:count] > 0.0, self.huber_k_slow, HUBER_K)
+            robust = np.minimum(1.0, k / np.maximum(np.abs(z[:count]), 1e-12))
             if fired < 0:
                 self._learn_rows(X[start:stop], y[start:stop], robust)
             else:
@@ -256,6 +261,7 @@ class BayesLinReg:
             "drift_alpha": self.drift_alpha,
             "drift_threshold": self.drift_threshold,
             "bias_index": self.bias_index,
+            "huber_k_slow": self.huber_k_slow,
             "precision_upper": self.precision[np.triu_indices(self.dim)].tolist(),
             "eta": self.eta.tolist(),
             "innov_sum": self.innov_sum,
@@ -278,6 +284,7 @@ class BayesLinReg:
             drift_alpha=float(data["drift_alpha"]),
             drift_threshold=float(data["drift_threshold"]),
             bias_index=int(data["bias_index"]),
+            huber_k_slow=float(data.get("huber_k_slow", HUBER_K)),
         )
         d = reg.dim
         precision = np.zeros((d, d))

@@ -1,0 +1,123 @@
+"""Routing one workload, as pure logic: what it is offered, what each offer is charged, what
+the route says and what stays in flight. agents/decide.py reads the tables, calls these and
+writes the results; nothing here touches Kafka, Faust or a clock.
+
+- ``Snapshot``: what every decision of one batch reads (live classes, their backlog, learned
+  models, setup costs); work routed within the batch is charged to it as it is routed, so a
+  batch does not herd onto one class.
+- ``offers``: the (class, variant) candidates, each charged the class's expected setup when it
+  has probably not run this shape and variant yet (cold when that setup was never measured).
+- ``choose``: the policy's decision over those candidates and the classes' learned models.
+- ``charge``: the chosen class's share of the batch's backlog and its warm routes.
+- ``route_fields``, ``inflight_entry``, ``decision_view``: the route record's fields, the
+  in-flight table's entry, the dashboard's view of the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from models.costmodel import CostModelLike
+from models.decision import Candidate, Decision, Policy
+from models.history import HistoryModel
+from models.registry import ClassView, candidates_for
+from models.setup import WarmRoutes, expected_setup_ms, setup_known
+from models.workload import Workload
+
+
+@dataclass
+class Snapshot:
+    """What every decision of one batch reads (see the module)."""
+
+    classes: dict[str, ClassView]
+    backlog_ms: dict[str, float]
+    learned: dict[str, CostModelLike]
+    setup: dict[str, Any]
+
+
+def warm_key(workload: Workload, candidate: Candidate | Decision) -> tuple[str, str, str]:
+    """The (shape, precision, mode) a class keeps warm once it has run it."""
+    return (workload.op.signature(), candidate.variant.precision, candidate.variant.mode)
+
+
+def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes) -> list[Candidate]:
+    """Every (live class, variant) that can run ``workload``, with its class's backlog, and the
+    expected setup charged where the class has probably not run this shape and variant."""
+    out = []
+    kind = workload.op.kind
+    for c in candidates_for(workload, snapshot.classes, snapshot.backlog_ms):
+        if warm.is_warm(c.device_class, warm_key(workload, c)):
+            out.append(c)
+            continue
+        stored = snapshot.setup.get(c.device_class)
+        mode = c.variant.mode
+        out.append(replace(c, setup_ms=expected_setup_ms(stored, kind, mode),
+                           cold=not setup_known(stored, kind, mode)))
+    return out
+
+
+def choose(policy: Policy, workload: Workload, candidates: list[Candidate],
+           learned: Mapping[str, CostModelLike], history: HistoryModel | None,
+           rng: np.random.Generator) -> Decision:
+    """The policy's decision, given the learned models of the offered classes only."""
+    names = {c.device_class for c in candidates}
+    return policy.decide(workload, candidates, {c: m for c, m in learned.items() if c in names},
+                         history, rng)
+
+
+def charge(snapshot: Snapshot, warm: WarmRoutes, workload: Workload, decision: Decision,
+           dispatch_overhead_ms: float) -> None:
+    """Add the routed work to its class's backlog in this batch's snapshot (execution, setup of
+    a cold shape, the executor's dispatch overhead) and mark the shape warm there."""
+    warm.mark(decision.device_class, warm_key(workload, decision))
+    snapshot.backlog_ms[decision.device_class] = (
+        snapshot.backlog_ms.get(decision.device_class, 0.0) + float(decision.predicted_ms)
+        + decision.setup_ms + dispatch_overhead_ms)
+
+
+def route_fields(workload: Workload, decision: Decision, policy_name: str, attempt: int,
+                 decided_at_ms: int) -> dict[str, Any]:
+    """The fields of the route record (app/records.py ``RouteRecord``)."""
+    return {
+        "id": workload.id,
+        "workload": dict(workload.raw),
+        "device_class": decision.device_class,
+        "variant": decision.variant.to_dict(),
+        "predicted_ms": float(decision.predicted_ms),
+        "predicted_std_ms": float(decision.predicted_std_ms),
+        "predicted_energy_j": decision.predicted_energy_j,
+        "reason": decision.reason,
+        "model_version": int(decision.model_version),
+        "decided_at_ms": decided_at_ms,
+        "policy": policy_name,
+        "expected_wait_ms": float(decision.expected_wait_ms),
+        "meets_deadline": bool(decision.meets_deadline),
+        "attempt": attempt,
+    }
+
+
+def inflight_entry(route: Mapping[str, Any], setup_ms: float, partition: int,
+                   offset: int | None) -> dict[str, Any]:
+    """The in-flight entry of a routed workload: where it went, what its class's backlog was
+    charged (the execution plus the setup of a cold shape), and where its record is (so that
+    a redelivery of that very record is told from a duplicate submission)."""
+    return {
+        "device_class": route["device_class"], "variant": route["variant"],
+        "predicted_ms": route["predicted_ms"],
+        "charged_ms": route["predicted_ms"] + setup_ms,
+        "decided_at_ms": route["decided_at_ms"],
+        "attempt": route["attempt"], "partition": partition, "offset": offset,
+        "workload": route["workload"],
+    }
+
+
+def decision_view(route: Mapping[str, Any]) -> dict[str, Any]:
+    """A decision as the recent-decisions ring keeps it (measured time joined when read)."""
+    keys = ("device_class", "variant", "predicted_ms", "predicted_std_ms", "reason", "policy",
+            "decided_at_ms", "attempt", "meets_deadline")
+    return {"id": route["id"], **{k: route[k] for k in keys}, "measured_ms": None,
+            "status": None}

@@ -1,0 +1,184 @@
+"""Efficiency-curve features of `models.costmodel.CostModel` (feature format 2).
+
+ln(exec ms) of a real runtime is not a straight line in any size measure: a small op costs the
+per-call overhead whatever its size, a large one its work over the rate the kernel reaches at
+that size, and the rate itself steps down when the working set leaves a cache level. The
+roofline prior (``prior_log_ms`` = ln(overhead + max(FLOPs / peak, bytes / bandwidth))) has
+that shape with textbook constants; these features let a *linear* Bayesian regression bend it:
+
+* ``work`` is ln of the roofline time without the overhead (ms), centred at 0.1 ms. The global
+  curve is a smooth hinge basis on it (softplus at knots 10 µs ... 100 ms): where the overhead
+  dominates the curve is flat, where the work dominates it has slope ~1, and the knee can sit
+  wherever the measurements put it.
+* Per op kind: an offset and a slope on ``work``: the kind's efficiency curve (how far below
+  peak its kernels run, as a function of size). Per-kind hinges on top of the global ones
+  were tried and changed nothing measurable (20.2 vs 20.5 % median error at 200 rows/class),
+  nor did the log of each dim per kind (~1 point, for 2.5x the stored state).
+* Per precision and mode: an offset and a slope (an emulated bf16 costs more per FLOP, a
+  compiled variant less per call), and per kind an offset and a slope for a non-fp32
+  precision and for the compiled mode (emulation and fusion gain differ by kind and size).
+  The per-kind variant slopes took top-1 on held-out shapes from 66 to 80 % (200 rows per
+  class) and on real model layers from 53 to 74 %: which variant wins flips with size, and
+  differently per kind. Variant-specific hinges on top changed nothing measurable.
+* Cache fit: softplus(log2(working set / cache size)) for each cache level of the class's
+  prior device: zero while the operands fit, growing once they spill. Without them the
+  error on real model layers (much larger weights than the random shapes) was 36.6 % instead
+  of 34.0 % (200 rows/class), on held-out random shapes 19.6 % instead of 18.8 %.
+* Alignment: the share of the op's dims (>= 8) that are multiples of 16 and of 64 (vector
+  width and BLAS blocking): real model layers are aligned, random shapes mostly are not, so
+  these weights are learned from few rows; a tight prior (0.1) keeps them from
+  extrapolating (at 0.2 the layers' error was 34.0 %, at 0.1 32.5 %).
+
+Every feature is a pure function of (op, variant, prior device), so `CostModel` caches the
+vector per (op, variant) and a prediction stays two dot products.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from models.ops import MODES, OP_KINDS, PRECISIONS, SPEC_CLASSES, OpSpec, Variant
+
+__all__ = [
+    "FEATURE_FORMAT",
+    "SHAPE_FEATURE_NAMES",
+    "N_SHAPE_FEATURES",
+    "BIAS_INDEX",
+    "PRIOR_INDEX",
+    "shape_features",
+    "feature_group",
+]
+
+# Bumped whenever the vector below changes meaning: a stored model of another format is
+# rebuilt cold rather than read with its weights on the wrong features.
+FEATURE_FORMAT = 2
+# ln(0.1 ms): centring the work feature keeps the bias weight from absorbing the slopes.
+WORK_CENTRE = math.log(0.1)
+# Hinge knots of the global curve (ln ms of roofline work): 10 µs, 100 µs, 1 ms, 10 ms,
+# 100 ms. One per decade: the measured knee (overhead vs work) of the CPU runtimes moves by
+# about a decade between runtimes and modes.
+GLOBAL_KNOTS: tuple[float, ...] = tuple(math.log(t) for t in (1e-2, 1e-1, 1.0, 10.0, 100.0))
+NON_SHAPE_FIELDS = frozenset({"kernel", "stride", "padding"})
+_NON_EAGER = tuple(m for m in MODES if m != "eager")
+SHAPE_FEATURE_NAMES: tuple[str, ...] = (
+    "bias",
+    "prior_log_ms",
+    "work",
+    *(f"hinge@{i}" for i in range(len(GLOBAL_KNOTS))),
+    *(f"kind={k}" for k in OP_KINDS),
+    *(f"work@kind={k}" for k in OP_KINDS),
+    *(f"precision={p}" for p in PRECISIONS),
+    *(f"work@precision={p}" for p in PRECISIONS),
+    *(f"mode={m}" for m in _NON_EAGER),
+    *(f"work@mode={m}" for m in _NON_EAGER),
+    *(f"lowprec@kind={k}" for k in OP_KINDS),
+    *(f"compiled@kind={k}" for k in OP_KINDS),
+    *(f"work@lowprec@kind={k}" for k in OP_KINDS),
+    *(f"work@compiled@kind={k}" for k in OP_KINDS),
+    "spill_l1",
+    "spill_l2",
+    "spill_l3",
+    "aligned16",
+    "aligned64",
+)
+N_SHAPE_FEATURES = len(SHAPE_FEATURE_NAMES)
+BIAS_INDEX = 0
+PRIOR_INDEX = 1
+_INDEX = {name: i for i, name in enumerate(SHAPE_FEATURE_NAMES)}
+_GLOBAL_HINGE_AT = _INDEX["hinge@0"]
+_SPILL_AT = _INDEX["spill_l1"]
+
+
+def feature_group(name: str) -> str:
+    """The prior group of a feature name (what `models.costmodel` sets its prior std by)."""
+    if name in ("bias", "prior_log_ms", "work"):
+        return name
+    if name.startswith("hinge@"):
+        return "hinge"
+    if name.startswith("work@") and name.count("@") == 2:
+        return "work@variant@kind"
+    if "@kind=" in name:
+        return name.split("@", 1)[0].rstrip("0123456789") + "@kind"
+    if name.startswith("work@"):
+        return "work@variant"
+    if name.startswith(("precision=", "mode=")):
+        return "variant"
+    if name.startswith("kind="):
+        return "kind"
+    if name.startswith("spill"):
+        return "spill"
+    return "aligned"
+
+
+def _softplus(z: float) -> float:
+    return z + math.log1p(math.exp(-z)) if z > 0 else math.log1p(math.exp(z))
+
+
+# Per kind, the spec fields that hold dims (computed once: dataclasses.fields per call was a
+# fifth of the feature cache's miss path).
+_SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
+    kind: tuple(f.name for f in dataclasses.fields(spec) if f.name not in NON_SHAPE_FIELDS)
+    for kind, spec in SPEC_CLASSES.items()
+}
+
+
+def _dims(op: OpSpec) -> list[int]:
+    """The op's tensor dims that alignment can matter for (>= 8; not kernel/stride/padding)."""
+    out: list[int] = []
+    for name in _SHAPE_FIELDS[op.kind]:
+        value = getattr(op, name)
+        values = value if isinstance(value, tuple) else (value,)
+        out += [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 8]
+    return out
+
+
+def shape_features(
+    op: OpSpec,
+    variant: Variant,
+    prior_log_ms: float,
+    work_log_ms: float,
+    cache_bytes: tuple[float, float, float],
+) -> np.ndarray:
+    """The format-2 feature vector (length `N_SHAPE_FEATURES`, float64).
+
+    ``prior_log_ms`` is the class's roofline time with overhead, ``work_log_ms`` without it
+    (both ln ms); ``cache_bytes`` the L1, L2 and L3 sizes of the class's device. Raises
+    ValueError for an unknown kind, precision or mode, or non-finite roofline times.
+    """
+    if op.kind not in OP_KINDS or variant.precision not in PRECISIONS:
+        raise ValueError(f"cannot featurize {op.kind!r} as {variant}")
+    if variant.mode != "eager" and variant.mode not in _NON_EAGER:
+        raise ValueError(f"unknown mode {variant.mode!r}")
+    if not (math.isfinite(prior_log_ms) and math.isfinite(work_log_ms)):
+        raise ValueError("roofline times must be finite")
+    x = np.zeros(N_SHAPE_FEATURES)
+    work = work_log_ms - WORK_CENTRE
+    x[BIAS_INDEX] = 1.0
+    x[PRIOR_INDEX] = prior_log_ms
+    x[_INDEX["work"]] = work
+    for i, knot in enumerate(GLOBAL_KNOTS):
+        x[_GLOBAL_HINGE_AT + i] = _softplus(work_log_ms - knot)
+    kind = op.kind
+    x[_INDEX[f"kind={kind}"]] = 1.0
+    x[_INDEX[f"work@kind={kind}"]] = work
+    x[_INDEX[f"precision={variant.precision}"]] = 1.0
+    x[_INDEX[f"work@precision={variant.precision}"]] = work
+    if variant.mode != "eager":
+        x[_INDEX[f"mode={variant.mode}"]] = 1.0
+        x[_INDEX[f"work@mode={variant.mode}"]] = work
+        x[_INDEX[f"compiled@kind={kind}"]] = 1.0
+        x[_INDEX[f"work@compiled@kind={kind}"]] = work
+    if variant.precision != "fp32":
+        x[_INDEX[f"lowprec@kind={kind}"]] = 1.0
+        x[_INDEX[f"work@lowprec@kind={kind}"]] = work
+    moved = max(op.bytes_moved(variant.precision), 1.0)
+    for i, size in enumerate(cache_bytes):
+        x[_SPILL_AT + i] = _softplus(math.log2(moved / max(size, 1.0)))
+    dims = _dims(op)
+    if dims:
+        x[_INDEX["aligned16"]] = sum(d % 16 == 0 for d in dims) / len(dims)
+        x[_INDEX["aligned64"]] = sum(d % 64 == 0 for d in dims) / len(dims)
+    return x

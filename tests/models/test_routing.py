@@ -1,0 +1,101 @@
+"""Routing one workload as pure logic (models/routing.py): offers, charges, records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.costmodel import CostModel
+from models.ops import parse_op
+from models.policy import make_policy
+from models.registry import ClassView
+from models.routing import (
+    Snapshot,
+    charge,
+    choose,
+    decision_view,
+    inflight_entry,
+    offers,
+    route_fields,
+    warm_key,
+)
+from models.setup import WarmRoutes
+from models.workload import Workload
+
+OP = parse_op({"kind": "matmul", "m": 256, "k": 256, "n": 256})
+
+
+def workload(precisions: tuple[str, ...] = ("fp32",)) -> Workload:
+    return Workload(id="w1", op=OP, precisions=precisions, deadline_ms=None,
+                    objective={"latency": 1.0, "energy": 0.0},
+                    raw={"id": "w1", "op": OP.to_dict(), "precisions": list(precisions)})
+
+
+def snapshot() -> Snapshot:
+    caps = frozenset({("matmul", "fp32", "eager"), ("matmul", "fp32", "compiled"),
+                      ("matmul", "bf16", "eager")})
+    classes = {"jax-cpu-x": ClassView("jax-cpu-x", 1, caps),
+               "numpy-cpu-x": ClassView("numpy-cpu-x", 2, frozenset({("matmul", "fp32",
+                                                                        "eager")}))}
+    return Snapshot(classes=classes, backlog_ms={"jax-cpu-x": 5.0}, learned={},
+                    setup={"jax-cpu-x": {"matmul/compiled": {"ms": 150.0, "n": 3}}})
+
+
+def test_offers_charge_a_cold_shape_its_measured_setup_and_mark_unknown_setups_cold() -> None:
+    warm = WarmRoutes()
+    got = {(c.device_class, c.variant.mode): c for c in offers(workload(), snapshot(), warm)}
+    assert set(got) == {("jax-cpu-x", "eager"), ("jax-cpu-x", "compiled"),
+                        ("numpy-cpu-x", "eager")}  # bf16 is not allowed by the request
+    compiled = got[("jax-cpu-x", "compiled")]
+    assert compiled.setup_ms == 150.0 and not compiled.cold  # measured before
+    assert got[("jax-cpu-x", "eager")].cold and got[("jax-cpu-x", "eager")].setup_ms == 0.0
+    assert compiled.backlog_ms == 5.0 and got[("numpy-cpu-x", "eager")].live_instances == 2
+    warm.mark("jax-cpu-x", warm_key(workload(), compiled))
+    again = {(c.device_class, c.variant.mode): c for c in offers(workload(), snapshot(), warm)}
+    assert again[("jax-cpu-x", "compiled")].setup_ms == 0.0  # it has run this shape
+    assert not again[("jax-cpu-x", "compiled")].cold
+
+
+def test_a_routed_workload_is_charged_to_its_class_for_the_rest_of_the_batch() -> None:
+    snap, warm, w = snapshot(), WarmRoutes(), workload()
+    candidates = offers(w, snap, warm)
+    decision = choose(make_policy("round_robin"), w, candidates, snap.learned, None,
+                      np.random.default_rng(0))
+    before = snap.backlog_ms.get(decision.device_class, 0.0)
+    charge(snap, warm, w, decision, dispatch_overhead_ms=2.0)
+    assert snap.backlog_ms[decision.device_class] == pytest.approx(
+        before + decision.predicted_ms + decision.setup_ms + 2.0)
+    assert warm.is_warm(decision.device_class, warm_key(w, decision))
+
+
+def test_choose_shows_the_policy_only_the_offered_classes_models() -> None:
+    seen: list[set[str]] = []
+
+    class Spy:
+        name = "spy"
+
+        def decide(self, workload, candidates, models, history, rng):
+            seen.append(set(models))
+            return make_policy("round_robin").decide(workload, candidates, models, history,
+                                                     rng)
+
+    snap = snapshot()
+    learned = {c: CostModel.for_class(c) for c in ("jax-cpu-x", "sim-h100")}
+    choose(Spy(), workload(), offers(workload(), snap, WarmRoutes()), learned, None,
+           np.random.default_rng(0))
+    assert seen == [{"jax-cpu-x"}]
+
+
+def test_route_fields_inflight_entry_and_decision_view_agree() -> None:
+    snap, w = snapshot(), workload()
+    decision = choose(make_policy("round_robin"), w, offers(w, snap, WarmRoutes()),
+                      snap.learned, None, np.random.default_rng(0))
+    route = route_fields(w, decision, "round_robin", attempt=2, decided_at_ms=1234)
+    assert route["id"] == "w1" and route["workload"] == w.raw and route["attempt"] == 2
+    entry = inflight_entry(route, setup_ms=40.0, partition=3, offset=17)
+    assert entry["charged_ms"] == pytest.approx(route["predicted_ms"] + 40.0)
+    assert (entry["partition"], entry["offset"], entry["device_class"]) == (
+        3, 17, decision.device_class)
+    view = decision_view(route)
+    assert view["policy"] == "round_robin" and view["measured_ms"] is None
+    assert view["decided_at_ms"] == 1234 and view["variant"] == decision.variant.to_dict()

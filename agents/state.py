@@ -26,6 +26,7 @@ from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
+from app.faust_patches import CoordinatorWatch
 from app.main import app, settings, topics
 from app.streaming import event_context, now_ms
 from app.tables import backlog_shares, inflight
@@ -43,6 +44,8 @@ SHARE_STALE_S = 5.0
 WORKER_ID = settings.worker_instance_id() or f"{socket.gethostname()}-{os.getpid()}"
 
 backlog = Backlog()
+# Twice the group session timeout (app/main.py): a coordinator unknown that long is stuck.
+coordinator_watch = CoordinatorWatch(after_s=2 * app.conf.broker_session_timeout)
 recent: dict[int, deque[dict[str, Any]]] = {}
 
 
@@ -141,3 +144,12 @@ async def share_backlog() -> None:
         read_others()
     except Exception as exc:  # noqa: BLE001 - a missed share costs accuracy, never the worker
         logger.warning("backlog share not exchanged: %r", exc)
+
+
+@app.timer(interval=5.0)
+async def watch_coordinator() -> None:
+    """Report (and wake) a consumer whose group coordinator stays unknown (app/faust_patches.py)."""
+    try:
+        coordinator_watch.check(app, time.monotonic())
+    except Exception as exc:  # noqa: BLE001 - a watch must never take the worker down
+        logger.warning("coordinator watch failed: %r", exc)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka.client import AIOKafkaClient
 from faust.exceptions import PartitionsMismatch
 from faust.tables.base import Collection
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -246,3 +248,63 @@ async def test_take_batches_lingers_for_a_fuller_batch_when_asked() -> None:
                 break
             await asyncio.sleep(0.02)
     assert got == [[0, 1, 2, 3]]  # waited for the batch to fill, within the linger
+
+
+def _app_with_consumer(coordinator_id: int | None, client: Any = None) -> Any:
+    coordinator = SimpleNamespace(coordinator_id=coordinator_id,
+                                  _coordinator_lookup_lock=asyncio.Lock())
+    consumer = SimpleNamespace(_coordinator=coordinator, _client=client)
+    thread = SimpleNamespace(_consumer=consumer, thread_loop=asyncio.get_running_loop())
+    return SimpleNamespace(consumer=SimpleNamespace(_thread=thread))
+
+
+async def test_the_coordinator_watch_reports_only_a_coordinator_unknown_too_long() -> None:
+    watch = faust_patches.CoordinatorWatch(after_s=30.0)
+    known = _app_with_consumer(1)
+    assert not watch.check(known, 0.0) and not watch.check(known, 100.0)
+    assert watch.unknown_since is None
+    lost = _app_with_consumer(None)
+    lost.consumer._thread._consumer._client = None
+    assert not watch.check(lost, 100.0)  # first seen unknown: the clock starts
+    assert not watch.check(lost, 129.0)
+    watch.report_and_wake = lambda *args: None  # type: ignore[method-assign]
+    assert watch.check(lost, 131.0) and watch.reports == 1
+    assert not watch.check(lost, 140.0)  # the next report only after another after_s
+    assert not watch.check(known, 141.0) and watch.unknown_since is None  # found again
+
+
+async def test_the_coordinator_watch_restarts_a_dead_metadata_synchronizer() -> None:
+    """The client's synchronizer task died: nothing would serve a forced metadata update."""
+    client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1")
+
+    async def died() -> None:
+        raise RuntimeError("synchronizer died")
+    client._sync_task = asyncio.create_task(died())
+    await asyncio.sleep(0)
+    assert faust_patches.metadata_state(client)["sync_task_error"] == "RuntimeError('synchronizer died')"
+    app = _app_with_consumer(None, client)
+    watch = faust_patches.CoordinatorWatch(after_s=0.0)
+    watch.report_and_wake(app.consumer._thread._consumer, asyncio.get_running_loop())
+    assert not client._sync_task.done()  # a new synchronizer runs
+    update = client.force_metadata_update()  # and it serves forced updates again
+    assert await asyncio.wait_for(update, 5) is False  # nothing listens on port 1
+    client._sync_task.cancel()
+    await client.close()
+
+
+async def test_the_coordinator_watch_wakes_a_synchronizer_that_sleeps_through_an_update() -> None:
+    """A forced update is pending while the synchronizer waits on a waiter nobody will set."""
+    client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1", metadata_max_age_ms=600_000)
+    client._sync_task = asyncio.create_task(client._md_synchronizer())
+    await asyncio.sleep(0)  # asleep on its waiter, for metadata_max_age_ms
+    client._md_update_fut = asyncio.get_running_loop().create_future()  # the lost wake-up
+    update = asyncio.shield(client._md_update_fut)
+    assert faust_patches.metadata_state(client) == {
+        "sync_task_done": False, "sync_task_error": None, "update_pending": True,
+        "waiter_done": False}
+    app = _app_with_consumer(None, client)
+    faust_patches.CoordinatorWatch(after_s=0.0).report_and_wake(
+        app.consumer._thread._consumer, asyncio.get_running_loop())
+    assert await asyncio.wait_for(update, 5) is False
+    client._sync_task.cancel()
+    await client.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 from app import kafka_local
 
 RUNTIMES = ("torch", "jax", "numpy", "sim")
-BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift", "batching")
+BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift", "batching", "fleetsim")
 
 
 def _kafka(ns: argparse.Namespace) -> int:

@@ -22,6 +22,12 @@ What is simulated, and how it differs from the pipeline:
   in the scheduling and pipeline benchmarks);
 - the decision's CPU time *is* measured (``decide_us``): the cost of routing one workload over
   this many classes and variants, in this process.
+
+Besides the worker's policies, ``dmda-calibrated`` is StarPU's dmda as its users run it: after
+an offline calibration run (``STARPU_CALIBRATE``), simulated here as ``calibrate_minimum`` noisy
+runs of every (shape, class, variant) of the trace recorded in its history before the trace
+starts. Uncalibrated, dmda sends every workload of a new shape to the class being calibrated
+until its runs complete — on a slow class, seconds of arrivals.
 """
 
 from __future__ import annotations
@@ -52,8 +58,9 @@ from bench.common import (
 )
 from models.backlog import Backlog
 from models.costmodel import CostModel, CostModelLike
-from models.history import HistoryModel
-from models.oracle import true_costs_from
+from models.history import CALIBRATE_MINIMUM, HistoryModel
+from models.ops import Variant
+from models.oracle import profile_key, true_costs_from
 from models.policy import POLICY_NAMES, Policy, make_policy
 from models.registry import ClassView
 from models.routing import Snapshot, choose, offers
@@ -121,8 +128,14 @@ def prepare(sim_set: SimSet, count: int) -> dict[str, Any]:
             "workloads": workloads, "arrivals_ms": np.asarray(arrivals) * 1000.0}
 
 
+CALIBRATED_DMDA = "dmda-calibrated"
+POLICIES = (*POLICY_NAMES, CALIBRATED_DMDA)
+
+
 def make(policy: str, prepared: dict[str, Any]) -> Policy:
-    """The policy as the worker builds it (agents/decide.py)."""
+    """The policy as the worker builds it (agents/decide.py); dmda-calibrated is dmda."""
+    if policy == CALIBRATED_DMDA:
+        return make_policy("dmda")
     if policy == "static":
         return make_policy(policy, device_class=prepared["static_class"])
     if policy == "oracle":
@@ -146,6 +159,24 @@ class FleetSim:
         self.queues: dict[str, deque[int]] = {c: deque() for c in prepared["counts"]}
         self.events: list[tuple[float, int, int]] = []  # (end ms, seq, workload index)
         self.seq = 0
+
+    def calibrate(self, parsed: list[Workload], runs: int) -> None:
+        """An offline calibration run: ``runs`` noisy executions of every (shape, class,
+        variant) the trace holds, in the history before the trace starts."""
+        seen = set()
+        for workload in parsed:
+            if workload.op.signature() in seen:
+                continue
+            seen.add(workload.op.signature())
+            for device_class, view in self.p["classes"].items():
+                for kind, precision, mode in view.capabilities:
+                    if kind != workload.op.kind or precision not in workload.precisions:
+                        continue
+                    variant = Variant(precision, mode)
+                    true_ms = self.p["table"][device_class][profile_key(workload.op, variant)]
+                    for _ in range(runs):
+                        self.history.observe(device_class, workload.op, variant, true_ms
+                                             * float(self.noise.lognormal(0.0, NOISE_SIGMA)))
 
     def run(self, parsed: list[Workload]) -> dict[str, Any]:
         n = len(parsed)
@@ -187,9 +218,8 @@ class FleetSim:
             i = queue.popleft()
             self.free[device_class] -= 1
             decision = self.decision[i]
-            true_ms = self.p["table"][device_class][
-                f"{self.parsed[i].op.signature()}|{decision.variant.precision}/"
-                f"{decision.variant.mode}"]
+            true_ms = self.p["table"][device_class][profile_key(self.parsed[i].op,
+                                                                decision.variant)]
             self.start[i] = now
             self.end[i] = now + true_ms * float(self.noise.lognormal(0.0, NOISE_SIGMA))
             self.seq += 1
@@ -247,9 +277,12 @@ def run_set(sim_set: SimSet, count: int) -> dict[str, Any]:
         "simulated": True, "policies": {}, "measured_at": now_utc()}
     print(f"[fleetsim] {sim_set.name}: {out['devices']} devices, rate "
           f"{prepared['rate_per_s']:.0f}/s, {count} workloads", flush=True)
-    for name in POLICY_NAMES:
+    for name in POLICIES:
         began = time.monotonic()
-        stats = FleetSim(prepared, make(name, prepared)).run(parsed)
+        sim = FleetSim(prepared, make(name, prepared))
+        if name == CALIBRATED_DMDA:
+            sim.calibrate(parsed, CALIBRATE_MINIMUM)
+        stats = sim.run(parsed)
         stats["wall_s"] = time.monotonic() - began
         out["policies"][name] = stats
         c = stats["completion_ms"]
@@ -263,7 +296,7 @@ def run_set(sim_set: SimSet, count: int) -> dict[str, Any]:
     return out
 
 
-BASELINES = ("round_robin", "random", "pow2", "jsq", "static", "dmda")
+BASELINES = ("round_robin", "random", "pow2", "jsq", "static", "dmda", CALIBRATED_DMDA)
 
 
 def verdict(data: dict[str, Any]) -> dict[str, Any]:
@@ -332,8 +365,8 @@ def plot(results: dict[str, Any], out_dir: Path) -> Path:
     plt = pyplot()
     names = list(results["sets"])
     fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(names)), 4.5))
-    width = 0.8 / len(POLICY_NAMES)
-    for k, policy in enumerate(POLICY_NAMES):
+    width = 0.8 / len(POLICIES)
+    for k, policy in enumerate(POLICIES):
         values = [results["sets"][n]["policies"][policy]["ratio_to_oracle"]["mean"]
                   for n in names]
         ax.bar(np.arange(len(names)) + k * width, values, width, label=policy)

@@ -75,3 +75,13 @@ def test_the_verdict_names_the_best_baseline_and_the_ratios() -> None:
     assert v["vs_oracle"] == pytest.approx(10 / 9)
     assert v["vs_best_baseline"] == pytest.approx(10 / 12)
     assert v["p99_vs_best_baseline"] == pytest.approx(30 / 20)
+
+
+def test_a_calibrated_dmda_never_calibrates_during_the_trace(small):
+    prepared, parsed = small
+    sim = fleetsim.FleetSim(prepared, fleetsim.make(fleetsim.CALIBRATED_DMDA, prepared))
+    sim.calibrate(parsed, 10)
+    calibrated = sim.run(parsed)
+    assert {d.reason for d in sim.decision} == {"exploit"}
+    _, uncalibrated = _run(small, "dmda")
+    assert calibrated["completion_ms"]["mean"] < uncalibrated["completion_ms"]["mean"]

@@ -390,14 +390,23 @@ def aiokafka_consumer(app: Any) -> Any | None:
     return getattr(thread, "_consumer", None)
 
 
+def _await_chain(coro: Any) -> list[str]:
+    """The frames a suspended coroutine waits in, outermost first (``cr_await`` followed down
+    to the future it waits on; ``Task.get_stack`` gives only the outermost frame)."""
+    frames = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames
+
+
 def _task_stacks(loop: asyncio.AbstractEventLoop) -> list[str]:
     """Every pending task of ``loop`` with the frames it is suspended in (call in ``loop``)."""
-    lines = []
-    for task in asyncio.all_tasks(loop):
-        frames = task.get_stack(limit=12)
-        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
-        lines.append(f"{task.get_name()}: {where or '(not started)'}")
-    return sorted(lines)
+    return sorted(f"{task.get_name()}: {' > '.join(_await_chain(task.get_coro())) or '-'}"
+                  for task in asyncio.all_tasks(loop))
 
 
 def metadata_state(client: Any) -> dict[str, Any]:

@@ -308,3 +308,20 @@ async def test_the_coordinator_watch_wakes_a_synchronizer_that_sleeps_through_an
     assert await asyncio.wait_for(update, 5) is False
     client._sync_task.cancel()
     await client.close()
+
+
+async def test_a_task_is_reported_with_the_frames_it_waits_in() -> None:
+    gate = asyncio.Event()
+
+    async def inner() -> None:
+        await gate.wait()
+
+    async def outer() -> None:
+        await inner()
+    task = asyncio.create_task(outer(), name="stuck")
+    await asyncio.sleep(0)
+    line = next(s for s in faust_patches._task_stacks(asyncio.get_running_loop())
+                if s.startswith("stuck:"))
+    assert "outer:" in line and "inner:" in line and "wait:" in line
+    gate.set()
+    await task

@@ -16,7 +16,12 @@ policies learn from every completed execution with the worker's cost model
 What is simulated, and how it differs from the pipeline:
 - a device runs one workload at a time for the simulator's roofline time (``models.oracle.
   simulated_ms``, the time ``runtimes/sim_rt.py`` sleeps) times median-1 lognormal noise
-  (sigma 0.05, the simulator's default); each class's devices serve one FIFO queue;
+  (sigma 0.05, the simulator's default), its routes in FIFO order. As in the pipeline, a
+  policy picks a class and the route's key picks the device: routes are keyed by workload id
+  and hashed over the class's route partitions, one per executor when there are at least as
+  many partitions as devices (``within="hash"``: each device its own queue, a route's device
+  drawn uniformly). ``within="shared"`` (one queue for all the class's devices) shows what
+  class-level dispatch would give;
 - decisions take no time and models update at each completion: no Kafka hops, no metric
   batching, no 0.1 s view refresh, no executor dispatch overhead (the pipeline's are measured
   in the scheduling and pipeline benchmarks);
@@ -69,6 +74,7 @@ from models.workload import Workload, WorkloadLimits, parse_workload
 from runtimes.sim_rt import SimRuntime
 
 NOISE_SIGMA = 0.05  # runtimes/sim_rt.py's default
+WITHIN = ("hash", "shared")  # how a class's devices share its routes (FleetSim)
 LOADS = (0.5, 0.7, 0.9)
 # Device model -> instances. The small fleet is the scheduling benchmark's (bench/fleets.py
 # SIM_FLEET); the large one adds A100s and scales every class up, 120 devices in five classes.
@@ -130,6 +136,7 @@ def prepare(sim_set: SimSet, count: int) -> dict[str, Any]:
 
 CALIBRATED_DMDA = "dmda-calibrated"
 POLICIES = (*POLICY_NAMES, CALIBRATED_DMDA)
+SHARED = "switchyard, one queue per class"
 
 
 def make(policy: str, prepared: dict[str, Any]) -> Policy:
@@ -146,7 +153,10 @@ def make(policy: str, prepared: dict[str, Any]) -> Policy:
 class FleetSim:
     """One policy over one trace: arrivals decided at once, FIFO per class, n servers."""
 
-    def __init__(self, prepared: dict[str, Any], policy: Policy, seed: int = 11) -> None:
+    def __init__(self, prepared: dict[str, Any], policy: Policy, seed: int = 11,
+                 within: str = "hash") -> None:
+        if within not in WITHIN:
+            raise ValueError(f"within is one of {WITHIN}, not {within!r}")
         self.p = prepared
         self.policy = policy
         self.rng = np.random.default_rng(seed)  # the policy's draws, as the worker's seed
@@ -155,8 +165,14 @@ class FleetSim:
         self.models: dict[str, CostModel] = {}
         self.history = HistoryModel()
         self.warm = WarmRoutes()
-        self.free = dict(prepared["counts"])
-        self.queues: dict[str, deque[int]] = {c: deque() for c in prepared["counts"]}
+        self.spread = np.random.default_rng(seed + 2)  # a route's partition: its key's hash
+        # A class's lanes: a FIFO and its free devices. "hash" (the pipeline): one lane per
+        # device, a route's lane drawn uniformly; "shared": one lane, all the class's devices.
+        counts = prepared["counts"]
+        self.lanes: dict[str, list[tuple[deque[int], list[int]]]] = {
+            c: ([(deque(), [n])] if within == "shared" else [(deque(), [1]) for _ in range(n)])
+            for c, n in counts.items()}
+        self.lane_of = np.zeros(0, dtype=int)
         self.events: list[tuple[float, int, int]] = []  # (end ms, seq, workload index)
         self.seq = 0
 
@@ -185,6 +201,7 @@ class FleetSim:
         self.start = np.zeros(n)
         self.end = np.zeros(n)
         self.charged = np.zeros(n)
+        self.lane_of = np.zeros(n, dtype=int)
         self.parsed = parsed
         decide_s = 0.0
         for i in range(n):
@@ -193,14 +210,14 @@ class FleetSim:
             began = time.perf_counter()
             self._decide(i)
             decide_s += time.perf_counter() - began
-            self._dispatch(self.decision[i].device_class, now)
+            self._dispatch(self.decision[i].device_class, int(self.lane_of[i]), now)
         self._complete_until(math.inf)
         return self._stats(decide_s)
 
     def _decide(self, i: int) -> None:
         workload = self.parsed[i]
         learned: dict[str, CostModelLike] = {c: m for c, m in self.models.items() if m.samples}
-        snapshot = Snapshot(self.p["classes"], {c: self.backlog.ms(c) for c in self.free},
+        snapshot = Snapshot(self.p["classes"], {c: self.backlog.ms(c) for c in self.lanes},
                             learned, {})
         candidates = offers(workload, snapshot, self.warm)
         history = self.history if self.policy.name == "dmda" else None
@@ -210,13 +227,15 @@ class FleetSim:
         self.charged[i] = float(decision.predicted_ms) + decision.setup_ms
         self.backlog.add(decision.device_class, self.charged[i])
         self.decision[i] = decision
-        self.queues[decision.device_class].append(i)
+        lanes = self.lanes[decision.device_class]
+        self.lane_of[i] = int(self.spread.integers(len(lanes))) if len(lanes) > 1 else 0
+        lanes[self.lane_of[i]][0].append(i)
 
-    def _dispatch(self, device_class: str, now: float) -> None:
-        queue = self.queues[device_class]
-        while queue and self.free[device_class] > 0:
+    def _dispatch(self, device_class: str, lane: int, now: float) -> None:
+        queue, free = self.lanes[device_class][lane]
+        while queue and free[0] > 0:
             i = queue.popleft()
-            self.free[device_class] -= 1
+            free[0] -= 1
             decision = self.decision[i]
             true_ms = self.p["table"][device_class][profile_key(self.parsed[i].op,
                                                                 decision.variant)]
@@ -239,8 +258,8 @@ class FleetSim:
                 model = self.models[device_class] = CostModel.for_class(device_class)
             model.learn_one(op, variant, exec_ms)
             self.history.observe(device_class, op, variant, exec_ms)
-            self.free[device_class] += 1
-            self._dispatch(device_class, end)
+            self.lanes[device_class][self.lane_of[i]][1][0] += 1
+            self._dispatch(device_class, int(self.lane_of[i]), end)
 
     def _stats(self, decide_s: float) -> dict[str, Any]:
         arrivals = self.p["arrivals_ms"]
@@ -277,9 +296,12 @@ def run_set(sim_set: SimSet, count: int) -> dict[str, Any]:
         "simulated": True, "policies": {}, "measured_at": now_utc()}
     print(f"[fleetsim] {sim_set.name}: {out['devices']} devices, rate "
           f"{prepared['rate_per_s']:.0f}/s, {count} workloads", flush=True)
-    for name in POLICIES:
+    for name in (*POLICIES, SHARED):
         began = time.monotonic()
-        sim = FleetSim(prepared, make(name, prepared))
+        if name == SHARED:  # switchyard with one queue per class: what device dispatch costs
+            sim = FleetSim(prepared, make("switchyard", prepared), within="shared")
+        else:
+            sim = FleetSim(prepared, make(name, prepared))
         if name == CALIBRATED_DMDA:
             sim.calibrate(parsed, CALIBRATE_MINIMUM)
         stats = sim.run(parsed)
@@ -319,11 +341,19 @@ def report(results: dict[str, Any], quick: bool) -> str:
              "**Everything here is SIMULATED**: a discrete-event simulation in one process "
              "(bench/fleetsim.py). The decisions are the worker's policy code, with its backlog "
              "and its learning cost model and history; the devices are the simulator's roofline "
-             "at catalog speed (time scale 1) with 5 % lognormal noise, each class serving one "
-             "FIFO queue; decisions take no time and models update at every completion — no "
-             "Kafka, so these are placement-quality figures, not the pipeline's (that is the "
-             "scheduling benchmark, whose fleet is `fleet10` slowed down). `decide µs` is the "
-             "measured CPU time of one decision in this process.\n"]
+             "at catalog speed (time scale 1) with 5 % lognormal noise; decisions take no time "
+             "and models update at every completion — no Kafka, so these are placement-quality "
+             "figures, not the pipeline's (that is the scheduling benchmark, whose fleet is "
+             "`fleet10` slowed down). As in the pipeline, a policy picks a class and the route's "
+             "key picks the device (a route partition per executor, drawn by the key's hash), "
+             "each device its own FIFO; the row *switchyard, one queue per class* gives the "
+             "class's devices one shared queue instead — what dispatching to the least-loaded "
+             "device would be worth. `dmda-calibrated` is StarPU's dmda after an offline "
+             "calibration run (10 runs of every shape on every class, before the trace); `dmda` "
+             "calibrates during the trace, as the scheduling benchmark's does. The oracle is the "
+             "earliest-finish rule with the true costs (greedy, not an optimum: JSQ beats it on "
+             "some sets). `decide µs` is the measured CPU time of one decision in this process "
+             "(on a shared machine).\n"]
     summary_rows = []
     for name, data in results["sets"].items():
         v = verdict(data)
@@ -333,11 +363,13 @@ def report(results: dict[str, Any], quick: bool) -> str:
             fmt(data["policies"]["oracle"]["completion_ms"]["mean"]),
             f"{v['best_baseline']} {fmt(data['policies'][v['best_baseline']]['completion_ms']['mean'])}",
             fmt(v["vs_oracle"], ".2f"), fmt(v["vs_best_baseline"], ".2f"),
-            fmt(v["p99_vs_best_baseline"], ".2f")])
+            fmt(v["p99_vs_best_baseline"], ".2f"),
+            fmt(data["policies"][SHARED]["completion_ms"]["mean"])])
     parts.append(markdown_table(
         ["set", "devices", "rate/s", "switchyard mean ms", "oracle mean ms",
          "best baseline (mean ms)", "sy ÷ oracle (goal ≤ 1.15)",
-         "sy ÷ best baseline (goal ≤ 0.9)", "sy p99 ÷ best p99 (goal ≤ 1)"], summary_rows))
+         "sy ÷ best baseline (goal ≤ 0.9)", "sy p99 ÷ best p99 (goal ≤ 1)",
+         "sy, one queue per class, mean ms"], summary_rows))
     for name, data in results["sets"].items():
         rows = []
         for policy, s in data["policies"].items():

@@ -24,7 +24,8 @@ def _run(small: tuple[dict, list], policy: str) -> tuple[fleetsim.FleetSim, dict
 def test_every_workload_runs_once_no_sooner_than_it_arrives_on_a_class_that_offers_it(small):
     prepared, parsed = small
     sim, stats = _run(small, "switchyard")
-    assert stats["completed"] == len(parsed) and not any(sim.queues.values())
+    assert stats["completed"] == len(parsed)
+    assert not any(queue for lanes in sim.lanes.values() for queue, _ in lanes)
     arrivals = prepared["arrivals_ms"]
     assert (sim.start >= arrivals).all() and (sim.end > sim.start).all()
     for workload, decision in zip(parsed, sim.decision, strict=True):
@@ -32,21 +33,42 @@ def test_every_workload_runs_once_no_sooner_than_it_arrives_on_a_class_that_offe
         assert (workload.op.kind, decision.variant.precision, "eager") in capabilities
         assert decision.variant.precision in workload.precisions
     # Every device is free again and nothing is left charged to any class.
-    assert sim.free == prepared["counts"]
-    assert all(sim.backlog.ms(c) == 0.0 for c in prepared["counts"])
+    assert {c: sum(free[0] for _, free in lanes) for c, lanes in sim.lanes.items()} == \
+        prepared["counts"]
+    assert all(sim.backlog.ms(c) < 1e-6 for c in prepared["counts"])
 
 
-def test_a_class_never_runs_more_workloads_at_once_than_it_has_devices(small):
-    prepared, _ = small
-    sim, _ = _run(small, "jsq")
+def _peak(sim: fleetsim.FleetSim, chosen: list[int]) -> int:
+    edges = sorted([(sim.end[i], -1) for i in chosen] + [(sim.start[i], 1) for i in chosen])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.mark.parametrize("within", fleetsim.WITHIN)
+def test_a_device_runs_one_workload_at_a_time(small, within):
+    prepared, parsed = small
+    sim = fleetsim.FleetSim(prepared, fleetsim.make("jsq", prepared), within=within)
+    sim.run(parsed)
     for device_class, devices in prepared["counts"].items():
         mine = [i for i, d in enumerate(sim.decision) if d.device_class == device_class]
-        edges = sorted([(sim.start[i], 1) for i in mine] + [(sim.end[i], -1) for i in mine])
-        running = peak = 0
-        for _, step in edges:
-            running += step
-            peak = max(peak, running)
-        assert peak <= devices
+        assert _peak(sim, mine) <= devices
+        lanes = {int(sim.lane_of[i]) for i in mine}
+        assert lanes <= set(range(devices if within == "hash" else 1))
+        if within == "hash":  # each device its own FIFO: one at a time, in arrival order
+            for lane in lanes:
+                on_lane = [i for i in mine if sim.lane_of[i] == lane]
+                assert _peak(sim, on_lane) == 1
+                assert list(sim.start[on_lane]) == sorted(sim.start[on_lane])
+
+
+def test_a_shared_queue_waits_no_longer_than_hashing_routes_to_devices(small):
+    prepared, parsed = small
+    hashed = fleetsim.FleetSim(prepared, fleetsim.make("jsq", prepared)).run(parsed)
+    shared = fleetsim.FleetSim(prepared, fleetsim.make("jsq", prepared), within="shared").run(parsed)
+    assert shared["queue_ms"]["mean"] <= hashed["queue_ms"]["mean"]
 
 
 def test_the_oracle_beats_round_robin_and_runs_are_reproducible(small):

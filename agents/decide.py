@@ -31,6 +31,7 @@ from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, devices, history, inflight, input_offsets, models
 from models.costmodel import CostModel
+from models.dispatch import route_partition
 from models.history import HistoryModel
 from models.ops import SpecError
 from models.policy import Decision, make_policy
@@ -133,6 +134,7 @@ class Routed:
     partition: int
     offset: int | None
     delivery: Any
+    route_partition: int | None = None  # the device's partition it was sent to (None: by key)
 
 
 def snapshot_now() -> Snapshot:
@@ -178,8 +180,11 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
         await topic.maybe_declare()  # a class's route topic is created when it first appears
         _declared_classes.add(decision.device_class)
     charge(snapshot, warm_routes, workload, decision, settings.dispatch_overhead_ms)
-    delivery = await topic.send(key=workload.id, value=record.dumps())
-    return Routed(workload, decision, record, fields, partition, offset, delivery)
+    # The class's least-loaded device takes it (models/dispatch.py); by key where unknown.
+    lane = route_partition(state.backlog, snapshot.classes[decision.device_class],
+                           settings.dispatch_overhead_ms)
+    delivery = await topic.send(key=workload.id, value=record.dumps(), partition=lane)
+    return Routed(workload, decision, record, fields, partition, offset, delivery, lane)
 
 
 def remember(routed: Routed, previous: dict[str, Any] | None) -> None:
@@ -197,6 +202,8 @@ def remember(routed: Routed, previous: dict[str, Any] | None) -> None:
     observability.inc("switchyard_decisions_total", device_class=record.device_class,
                       policy=policy.name, reason=record.reason)
     entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset)
+    if routed.route_partition is not None:
+        entry["route_partition"] = routed.route_partition
     inflight[workload.id] = entry
     if previous:
         state.backlog.remove_entry(previous)

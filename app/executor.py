@@ -473,6 +473,8 @@ class Executor:
             cpus=self.cpus,
             simulated=self.runtime.simulated,
             state=state,
+            route_partitions=sorted(tp.partition for tp in consumer.assignment()
+                                    if tp.topic == self.route_topic),
         )
         partition = await self._class_partition(producer, topics.HEARTBEATS)
         await self._send(producer, topics.HEARTBEATS, self.device_id, record.dumps(), partition)

@@ -124,6 +124,9 @@ class HeartbeatRecord(_Wire):
     simulated: bool = False
     # "up" while serving; "stopping" in the last heartbeat of a clean shutdown.
     state: str = "up"
+    # The partitions of its class's route topic this executor consumes (its consumer group's
+    # assignment); the worker sends a route to the partition of the least-loaded device.
+    route_partitions: list[int] | None = None
 
 
 class ResultRecord(_Wire):

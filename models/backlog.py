@@ -52,6 +52,9 @@ class Backlog:
 
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
+        # The same charges per (class, route partition), for entries routed to an explicit
+        # partition (``route_partition``): which of a class's devices has the least work.
+        self._lanes: dict[tuple[str, int], Held] = {}
         self._log_pace: dict[str, float] = {}
         # The other workers' fresh shares, summed per class (``set_others``).
         self._others: dict[str, Held] = {}
@@ -64,15 +67,29 @@ class Backlog:
 
     def add_entry(self, entry: Mapping[str, Any]) -> None:
         """Charge the work of one in-flight entry."""
-        self.add(str(entry["device_class"]), charge_of(entry), 1)
+        self._add_entry(entry, 1)
 
     def remove_entry(self, entry: Mapping[str, Any]) -> None:
         """Release the work of one in-flight entry (it finished, or was routed elsewhere)."""
-        self.add(str(entry["device_class"]), -charge_of(entry), -1)
+        self._add_entry(entry, -1)
+
+    def _add_entry(self, entry: Mapping[str, Any], sign: int) -> None:
+        device_class = str(entry["device_class"])
+        self.add(device_class, sign * charge_of(entry), sign)
+        lane = entry.get("route_partition")
+        if isinstance(lane, int) and not isinstance(lane, bool):
+            held = self._lanes.setdefault((device_class, lane), Held())
+            held.ms = max(0.0, held.ms + sign * charge_of(entry))
+            held.count = max(0, held.count + sign)
+
+    def lane(self, device_class: str, partition: int) -> Held:
+        """This worker's work routed to one partition of a class's route topic."""
+        return self._lanes.get((device_class, partition)) or Held()
 
     def rebuild(self, entries: Iterable[Mapping[str, Any] | None]) -> None:
         """Start again from the given in-flight entries (the worker's partitions changed)."""
         self._held = {}
+        self._lanes = {}
         for entry in entries:
             if entry and entry.get("device_class"):
                 self.add_entry(entry)

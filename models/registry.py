@@ -25,6 +25,8 @@ class ClassView:
     queue_depth: int = 0
     simulated: bool = False
     device_ids: tuple[str, ...] = ()
+    # (device id, the partitions of the class's route topic it consumes), from heartbeats.
+    route_partitions: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 def device_is_live(device: Mapping[str, Any], now_ms: float, timeout_s: float) -> bool:
@@ -59,6 +61,11 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
             queue_depth=sum(int(m.get("queue_depth") or 0) for m in members),
             simulated=any(bool(m.get("simulated")) for m in members),
             device_ids=tuple(sorted(str(m.get("device_id")) for m in members)),
+            route_partitions=tuple(sorted(
+                (str(m.get("device_id")), tuple(sorted({int(p) for p in parts})))
+                for m in members if isinstance(parts := m.get("route_partitions"), list)
+                and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                        for p in parts))),
         )
     return views
 

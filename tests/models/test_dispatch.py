@@ -1,0 +1,73 @@
+"""Dispatch within a class (models/dispatch.py) and the per-partition backlog it reads."""
+
+from __future__ import annotations
+
+from models.backlog import Backlog
+from models.dispatch import route_partition
+from models.registry import ClassView, live_classes
+
+
+def _view(*devices: tuple[str, tuple[int, ...]]) -> ClassView:
+    return ClassView("sim-h100", len(devices), route_partitions=tuple(devices))
+
+
+def _entry(partition: int | None, ms: float) -> dict:
+    entry = {"device_class": "sim-h100", "predicted_ms": ms, "charged_ms": ms}
+    if partition is not None:
+        entry["route_partition"] = partition
+    return entry
+
+
+def test_without_reported_partitions_the_key_decides() -> None:
+    assert route_partition(Backlog(), ClassView("sim-h100", 2)) is None
+    assert route_partition(Backlog(), _view(("a", ()), ("b", ()))) is None
+
+
+def test_the_device_with_least_routed_work_gets_the_route_on_its_least_loaded_partition() -> None:
+    backlog = Backlog()
+    view = _view(("a", (0, 1)), ("b", (2, 3)))
+    assert route_partition(backlog, view) == 0  # all idle: the first device
+    backlog.add_entry(_entry(0, 30.0))
+    assert route_partition(backlog, view) == 2  # a holds 30 ms, b nothing
+    backlog.add_entry(_entry(2, 10.0))
+    backlog.add_entry(_entry(3, 10.0))
+    assert route_partition(backlog, view) == 2  # b holds 20 < 30; its partitions tie: the first
+    backlog.add_entry(_entry(2, 15.0))  # b: 35 > a: 30 -> a, on its idle partition 1
+    assert route_partition(backlog, view) == 1
+
+
+def test_counted_dispatch_overhead_prefers_fewer_queued_workloads() -> None:
+    backlog = Backlog()
+    view = _view(("a", (0,)), ("b", (1,)))
+    for _ in range(5):
+        backlog.add_entry(_entry(0, 1.0))  # five tiny ops: 5 ms
+    backlog.add_entry(_entry(1, 8.0))  # one 8 ms op
+    assert route_partition(backlog, view) == 0
+    assert route_partition(backlog, view, per_workload_ms=2.0) == 1  # 15 ms vs 10 ms
+
+
+def test_lanes_are_released_with_their_entries_and_rebuilt_from_the_in_flight_table() -> None:
+    backlog = Backlog()
+    routed, unpartitioned = _entry(1, 12.0), _entry(None, 5.0)
+    backlog.add_entry(routed)
+    backlog.add_entry(unpartitioned)
+    assert backlog.lane("sim-h100", 1).ms == 12.0 and backlog.lane("sim-h100", 1).count == 1
+    assert backlog.ms("sim-h100") == 17.0
+    backlog.remove_entry(routed)
+    assert backlog.lane("sim-h100", 1).count == 0 and backlog.ms("sim-h100") == 5.0
+    backlog.rebuild([_entry(2, 4.0), None])
+    assert backlog.lane("sim-h100", 2).ms == 4.0 and backlog.lane("sim-h100", 1).ms == 0.0
+
+
+def test_live_classes_carry_each_devices_reported_partitions() -> None:
+    now = 1_000_000
+    devices = [
+        {"device_id": "b", "device_class": "sim-h100", "last_seen_ms": now, "route_partitions": [3, 2]},
+        {"device_id": "a", "device_class": "sim-h100", "last_seen_ms": now, "route_partitions": [0, 1]},
+        {"device_id": "c", "device_class": "sim-h100", "last_seen_ms": now},  # an older executor
+        {"device_id": "d", "device_class": "sim-h100", "last_seen_ms": now,
+         "route_partitions": ["x"]},  # not partitions: ignored
+    ]
+    view = live_classes(devices, now, 5.0)["sim-h100"]
+    assert view.route_partitions == (("a", (0, 1)), ("b", (2, 3)))
+    assert view.live_instances == 4

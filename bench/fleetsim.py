@@ -17,11 +17,11 @@ What is simulated, and how it differs from the pipeline:
 - a device runs one workload at a time for the simulator's roofline time (``models.oracle.
   simulated_ms``, the time ``runtimes/sim_rt.py`` sleeps) times median-1 lognormal noise
   (sigma 0.05, the simulator's default), its routes in FIFO order. As in the pipeline, a
-  policy picks a class and the route's key picks the device: routes are keyed by workload id
-  and hashed over the class's route partitions, one per executor when there are at least as
-  many partitions as devices (``within="hash"``: each device its own queue, a route's device
-  drawn uniformly). ``within="shared"`` (one queue for all the class's devices) shows what
-  class-level dispatch would give;
+  policy picks a class and the worker picks the device: the one holding the least routed,
+  unfinished work (``within="least"``: ``models.dispatch.route_partition`` over the worker's
+  per-partition backlog, one route partition per device). ``within="hash"`` is the dispatch
+  before it, a route's device drawn by its key's hash; ``within="shared"`` one queue for all
+  the class's devices (no executor's queue, what a class-level queue would give);
 - decisions take no time and models update at each completion: no Kafka hops, no metric
   batching, no 0.1 s view refresh, no executor dispatch overhead (the pipeline's are measured
   in the scheduling and pipeline benchmarks);
@@ -63,6 +63,7 @@ from bench.common import (
 )
 from models.backlog import Backlog
 from models.costmodel import CostModel, CostModelLike
+from models.dispatch import route_partition
 from models.history import CALIBRATE_MINIMUM, HistoryModel
 from models.ops import Variant
 from models.oracle import profile_key, true_costs_from
@@ -74,7 +75,7 @@ from models.workload import Workload, WorkloadLimits, parse_workload
 from runtimes.sim_rt import SimRuntime
 
 NOISE_SIGMA = 0.05  # runtimes/sim_rt.py's default
-WITHIN = ("hash", "shared")  # how a class's devices share its routes (FleetSim)
+WITHIN = ("least", "hash", "shared")  # how a class's devices share its routes (FleetSim)
 LOADS = (0.5, 0.7, 0.9)
 # Device model -> instances. The small fleet is the scheduling benchmark's (bench/fleets.py
 # SIM_FLEET); the large one adds A100s and scales every class up, 120 devices in five classes.
@@ -125,7 +126,9 @@ def prepare(sim_set: SimSet, count: int) -> dict[str, Any]:
               if all(c in b for b in best) else 0.0 for c in servers}
     workloads, arrivals = fleets.build_trace(fleets.SIM_MIX, count, rate, sim_set.precisions,
                                              table, seed=SEED, id_prefix=f"{sim_set.name}-")
-    classes = {c: ClassView(c, n, frozenset(SimRuntime(c).capabilities()), simulated=True)
+    # One route partition per device, as an executor reports its share in its heartbeats.
+    classes = {c: ClassView(c, n, frozenset(SimRuntime(c).capabilities()), simulated=True,
+                            route_partitions=tuple((f"{c}-{k}", (k,)) for k in range(n)))
                for c, n in counts.items()}
     return {"counts": counts, "classes": classes, "table": table, "rate_per_s": rate,
             "fp32_capacity_per_s": fp32,
@@ -136,7 +139,9 @@ def prepare(sim_set: SimSet, count: int) -> dict[str, Any]:
 
 CALIBRATED_DMDA = "dmda-calibrated"
 POLICIES = (*POLICY_NAMES, CALIBRATED_DMDA)
+HASHED = "switchyard, routes by key hash"
 SHARED = "switchyard, one queue per class"
+EXTRA_ROWS = {HASHED: "hash", SHARED: "shared"}
 
 
 def make(policy: str, prepared: dict[str, Any]) -> Policy:
@@ -154,7 +159,7 @@ class FleetSim:
     """One policy over one trace: arrivals decided at once, FIFO per class, n servers."""
 
     def __init__(self, prepared: dict[str, Any], policy: Policy, seed: int = 11,
-                 within: str = "hash") -> None:
+                 within: str = "least") -> None:
         if within not in WITHIN:
             raise ValueError(f"within is one of {WITHIN}, not {within!r}")
         self.p = prepared
@@ -166,8 +171,9 @@ class FleetSim:
         self.history = HistoryModel()
         self.warm = WarmRoutes()
         self.spread = np.random.default_rng(seed + 2)  # a route's partition: its key's hash
-        # A class's lanes: a FIFO and its free devices. "hash" (the pipeline): one lane per
-        # device, a route's lane drawn uniformly; "shared": one lane, all the class's devices.
+        # A class's lanes: a FIFO and its free devices. "least" and "hash": one lane per
+        # device (its route partition); "shared": one lane, all the class's devices.
+        self.within = within
         counts = prepared["counts"]
         self.lanes: dict[str, list[tuple[deque[int], list[int]]]] = {
             c: ([(deque(), [n])] if within == "shared" else [(deque(), [1]) for _ in range(n)])
@@ -225,11 +231,20 @@ class FleetSim:
         self.warm.mark(decision.device_class, (workload.op.signature(),
                                                decision.variant.precision, decision.variant.mode))
         self.charged[i] = float(decision.predicted_ms) + decision.setup_ms
-        self.backlog.add(decision.device_class, self.charged[i])
         self.decision[i] = decision
         lanes = self.lanes[decision.device_class]
-        self.lane_of[i] = int(self.spread.integers(len(lanes))) if len(lanes) > 1 else 0
+        if self.within == "least":
+            lane = route_partition(self.backlog, self.p["classes"][decision.device_class])
+            self.lane_of[i] = 0 if lane is None else lane
+        elif self.within == "hash":
+            self.lane_of[i] = int(self.spread.integers(len(lanes)))
+        self.backlog.add_entry(self._entry(i))
         lanes[self.lane_of[i]][0].append(i)
+
+    def _entry(self, i: int) -> dict[str, Any]:
+        """Workload ``i``'s in-flight entry, as far as the backlog reads one."""
+        return {"device_class": self.decision[i].device_class, "charged_ms": self.charged[i],
+                "route_partition": int(self.lane_of[i])}
 
     def _dispatch(self, device_class: str, lane: int, now: float) -> None:
         queue, free = self.lanes[device_class][lane]
@@ -250,7 +265,7 @@ class FleetSim:
             decision = self.decision[i]
             device_class = decision.device_class
             exec_ms = end - self.start[i]
-            self.backlog.add(device_class, -self.charged[i], -1)
+            self.backlog.remove_entry(self._entry(i))
             self.backlog.observe(device_class, self.charged[i], exec_ms)
             op, variant = self.parsed[i].op, decision.variant
             model = self.models.get(device_class)
@@ -296,10 +311,10 @@ def run_set(sim_set: SimSet, count: int) -> dict[str, Any]:
         "simulated": True, "policies": {}, "measured_at": now_utc()}
     print(f"[fleetsim] {sim_set.name}: {out['devices']} devices, rate "
           f"{prepared['rate_per_s']:.0f}/s, {count} workloads", flush=True)
-    for name in (*POLICIES, SHARED):
+    for name in (*POLICIES, *EXTRA_ROWS):
         began = time.monotonic()
-        if name == SHARED:  # switchyard with one queue per class: what device dispatch costs
-            sim = FleetSim(prepared, make("switchyard", prepared), within="shared")
+        if name in EXTRA_ROWS:  # switchyard's classes, another dispatch within them
+            sim = FleetSim(prepared, make("switchyard", prepared), within=EXTRA_ROWS[name])
         else:
             sim = FleetSim(prepared, make(name, prepared))
         if name == CALIBRATED_DMDA:
@@ -344,11 +359,12 @@ def report(results: dict[str, Any], quick: bool) -> str:
              "at catalog speed (time scale 1) with 5 % lognormal noise; decisions take no time "
              "and models update at every completion — no Kafka, so these are placement-quality "
              "figures, not the pipeline's (that is the scheduling benchmark, whose fleet is "
-             "`fleet10` slowed down). As in the pipeline, a policy picks a class and the route's "
-             "key picks the device (a route partition per executor, drawn by the key's hash), "
-             "each device its own FIFO; the row *switchyard, one queue per class* gives the "
-             "class's devices one shared queue instead — what dispatching to the least-loaded "
-             "device would be worth. `dmda-calibrated` is StarPU's dmda after an offline "
+             "`fleet10` slowed down). As in the pipeline, a policy picks a class and the worker "
+             "sends the route to the class's device holding the least routed work "
+             "(models/dispatch.py), each device its own FIFO. Two extra rows show switchyard's "
+             "classes with another dispatch within them: *routes by key hash* (the pipeline's "
+             "before models/dispatch.py: a device drawn by the workload id's hash) and *one "
+             "queue per class* (the class's devices share one FIFO). `dmda-calibrated` is StarPU's dmda after an offline "
              "calibration run (10 runs of every shape on every class, before the trace); `dmda` "
              "calibrates during the trace, as the scheduling benchmark's does. The oracle is the "
              "earliest-finish rule with the true costs (greedy, not an optimum: JSQ beats it on "
@@ -364,12 +380,13 @@ def report(results: dict[str, Any], quick: bool) -> str:
             f"{v['best_baseline']} {fmt(data['policies'][v['best_baseline']]['completion_ms']['mean'])}",
             fmt(v["vs_oracle"], ".2f"), fmt(v["vs_best_baseline"], ".2f"),
             fmt(v["p99_vs_best_baseline"], ".2f"),
+            fmt(data["policies"][HASHED]["completion_ms"]["mean"]),
             fmt(data["policies"][SHARED]["completion_ms"]["mean"])])
     parts.append(markdown_table(
         ["set", "devices", "rate/s", "switchyard mean ms", "oracle mean ms",
          "best baseline (mean ms)", "sy ÷ oracle (goal ≤ 1.15)",
          "sy ÷ best baseline (goal ≤ 0.9)", "sy p99 ÷ best p99 (goal ≤ 1)",
-         "sy, one queue per class, mean ms"], summary_rows))
+         "sy, by key hash, mean ms", "sy, one queue per class, mean ms"], summary_rows))
     for name, data in results["sets"].items():
         rows = []
         for policy, s in data["policies"].items():

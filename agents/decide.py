@@ -31,7 +31,7 @@ from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, devices, history, inflight, input_offsets, models
 from models.costmodel import CostModel
-from models.dispatch import route_partition
+from models.dispatch import device_wait_ms, route_partition
 from models.history import HistoryModel
 from models.ops import SpecError
 from models.policy import Decision, make_policy
@@ -167,6 +167,10 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
                      snapshot: Snapshot) -> Routed | None:
     """Decide where ``workload`` runs and hand its route to the producer (without waiting for
     the ack); None when no live class can run it."""
+    # The wait at each class's least-loaded device, from the backlog as charged so far (each
+    # route of this batch included): where the route would go (models/dispatch.py).
+    snapshot.device_wait_ms = {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms)
+                               for c, view in snapshot.classes.items()}
     candidates = offers(workload, snapshot, warm_routes)
     if not candidates:
         return None

@@ -63,7 +63,7 @@ from bench.common import (
 )
 from models.backlog import Backlog
 from models.costmodel import CostModel, CostModelLike
-from models.dispatch import route_partition
+from models.dispatch import device_wait_ms, route_partition
 from models.history import CALIBRATE_MINIMUM, HistoryModel
 from models.ops import Variant
 from models.oracle import profile_key, true_costs_from
@@ -225,6 +225,9 @@ class FleetSim:
         learned: dict[str, CostModelLike] = {c: m for c, m in self.models.items() if m.samples}
         snapshot = Snapshot(self.p["classes"], {c: self.backlog.ms(c) for c in self.lanes},
                             learned, {})
+        if self.within == "least":  # the worker's: the wait at the device the route goes to
+            snapshot.device_wait_ms = {c: device_wait_ms(self.backlog, view)
+                                       for c, view in self.p["classes"].items()}
         candidates = offers(workload, snapshot, self.warm)
         history = self.history if self.policy.name == "dmda" else None
         decision = choose(self.policy, workload, candidates, learned, history, self.rng)

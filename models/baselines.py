@@ -256,7 +256,7 @@ class DmdaPolicy(_Baseline):
             chosen = min(uncalibrated, key=lambda c: c.expected_wait_ms)
             return self._decision(workload, chosen, models, "explore", chosen.expected_wait_ms)
         finish = [
-            c.expected_wait_ms + float(e)
+            c.start_wait_ms + float(e)
             for c, e in zip(usable, expected, strict=True)
             if e is not None
         ]
@@ -268,7 +268,7 @@ class DmdaPolicy(_Baseline):
             models,
             "exploit",
             finish[best],
-            predicted_ms=finish[best] - chosen.expected_wait_ms,
+            predicted_ms=finish[best] - chosen.start_wait_ms,
         )
 
 
@@ -299,7 +299,7 @@ class OraclePolicy(_Baseline):
         usable = eligible_candidates(workload, candidates)
         op = workload.op
         exec_ms = np.array([self.true_ms(c.device_class, op, c.variant) for c in usable])
-        finish = exec_ms + np.array([c.expected_wait_ms for c in usable])
+        finish = exec_ms + np.array([c.start_wait_ms for c in usable])
         energy = None
         if self.true_energy_j is not None:
             energy = np.array([self.true_energy_j(c.device_class, op, c.variant) for c in usable])

@@ -47,11 +47,23 @@ class Candidate:
     # The class has probably not run this (shape, variant) yet and has never measured what
     # setting it up costs: trying it is exploration (models/policy.py: only on an idle class).
     cold: bool = False
+    # The wait at the device the route would go to (the class's least-loaded one,
+    # models/dispatch.py), when the class's devices reported their route partitions.
+    device_wait_ms: float | None = None
 
     @property
     def expected_wait_ms(self) -> float:
         """The class's backlog shared over its live instances."""
         return max(self.backlog_ms, 0.0) / max(self.live_instances, 1)
+
+    @property
+    def start_wait_ms(self) -> float:
+        """How long the workload would wait to start: at the device it would be sent to when
+        that is known, else the class's average (``expected_wait_ms``). The earliest-finish
+        policies (switchyard, dmda, the oracle) add it to the execution time; the queue
+        heuristics (JSQ, pow2) compare ``expected_wait_ms``, as their users know them."""
+        return self.expected_wait_ms if self.device_wait_ms is None else max(
+            self.device_wait_ms, 0.0)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ so on an executor — drawn by the key's hash, busy or not: in the fleet simulat
 (bench/fleetsim.py) that random dispatch within a class cost more than the choice of class.
 Here the route goes to the partition of the device holding the least routed, unfinished work
 (``models.backlog.Backlog`` per partition: charged when routed, released on completion), its
-own least-loaded partition. Pure logic: no Kafka, no clock.
+own least-loaded partition; ``device_wait_ms`` is the wait there, which the earliest-finish
+policies charge a class (``Candidate.start_wait_ms``). Pure logic: no Kafka, no clock.
 """
 
 from __future__ import annotations
@@ -20,16 +21,47 @@ def _load(held: Held, per_workload_ms: float) -> float:
     return held.ms + held.count * per_workload_ms
 
 
-def route_partition(backlog: Backlog, view: ClassView, per_workload_ms: float = 0.0) -> int | None:
-    """The route partition of ``view``'s class to send the next route to, or None when no live
-    device has reported its partitions (then the key's hash decides, as before)."""
-    best: tuple[float, int] | None = None  # (device load, partition); ties: the first device
+def _least_loaded(backlog: Backlog, view: ClassView,
+                  per_workload_ms: float) -> tuple[float, int, int] | None:
+    """(routed ms, routed workloads, partition) of the class's least-loaded device: the one
+    whose routed ms plus its workloads' dispatch overhead is least (ties: the first device),
+    and its least-loaded partition."""
+    best: tuple[float, tuple[float, int, int]] | None = None
     for _, partitions in view.route_partitions:
         if not partitions:
             continue  # more executors than partitions: this one has none to be sent to
-        lanes = sorted((_load(backlog.lane(view.device_class, p), per_workload_ms), p)
-                       for p in partitions)
-        device_load = sum(load for load, _ in lanes)
-        if best is None or device_load < best[0]:
-            best = (device_load, lanes[0][1])
+        held = {p: backlog.lane(view.device_class, p) for p in partitions}
+        partition = min(partitions, key=lambda p: (_load(held[p], per_workload_ms), p))
+        routed = (sum(h.ms for h in held.values()), sum(h.count for h in held.values()),
+                  partition)
+        load = routed[0] + routed[1] * per_workload_ms
+        if best is None or load < best[0]:
+            best = (load, routed)
     return None if best is None else best[1]
+
+
+def route_partition(backlog: Backlog, view: ClassView, per_workload_ms: float = 0.0) -> int | None:
+    """The route partition of ``view``'s class to send the next route to, or None when no live
+    device has reported its partitions (then the key's hash decides, as before)."""
+    best = _least_loaded(backlog, view, per_workload_ms)
+    return None if best is None else best[2]
+
+
+def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0.0) -> float | None:
+    """How long a route sent now would wait at the device `route_partition` picks: its routed
+    work scaled by the class's pace (measured ÷ predicted), its workloads' dispatch overhead,
+    and the other workers' work on the class spread over its devices; None where unknown.
+
+    The class's backlog over its instances (``Candidate.expected_wait_ms``) is the wait at an
+    average device; the route goes to the least-loaded one, and an earliest-finish policy that
+    charged the average moved work off large classes for waits it would not have (in the fleet
+    simulation, 120 devices at 70 % load: 21.6 → 19.4 ms mean with this wait)."""
+    best = _least_loaded(backlog, view, per_workload_ms)
+    if best is None:
+        return None
+    routed_ms, routed_count, _ = best
+    others = backlog.others().get(view.device_class, {})
+    instances = max(view.live_instances, 1)
+    ms = routed_ms + others.get("ms", 0.0) / instances
+    count = routed_count + others.get("count", 0.0) / instances
+    return ms * backlog.pace(view.device_class) + count * per_workload_ms

@@ -89,7 +89,7 @@ class SwitchyardPolicy:
         op = workload.op
         n = len(usable)
         mean_ms, draw_ms, std_ms = np.empty(n), np.empty(n), np.empty(n)
-        wait = np.array([c.expected_wait_ms for c in usable])
+        wait = np.array([c.start_wait_ms for c in usable])
         # A probably-cold (shape, variant) also costs its executor a build/compile and warm-up.
         setup = np.array([c.setup_ms for c in usable])
         energy: list[float | None] = []

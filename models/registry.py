@@ -71,7 +71,8 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
 
 
 def candidates_for(workload: Workload, classes: Mapping[str, ClassView],
-                   backlog_ms: Mapping[str, float]) -> list[Candidate]:
+                   backlog_ms: Mapping[str, float],
+                   device_wait_ms: Mapping[str, float | None] | None = None) -> list[Candidate]:
     """Every (live class, variant) that can run the workload within its allowed precisions.
 
     A variant is offered only when the class declared the capability (op kind, precision,
@@ -87,7 +88,8 @@ def candidates_for(workload: Workload, classes: Mapping[str, ClassView],
         out.extend(
             Candidate(device_class=device_class, variant=Variant(precision=precision, mode=mode),
                       live_instances=view.live_instances,
-                      backlog_ms=float(backlog_ms.get(device_class, 0.0)))
+                      backlog_ms=float(backlog_ms.get(device_class, 0.0)),
+                      device_wait_ms=(device_wait_ms or {}).get(device_class))
             for precision, mode in variants
         )
     return out

@@ -16,7 +16,7 @@ writes the results; nothing here touches Kafka, Faust or a clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,9 @@ class Snapshot:
     backlog_ms: dict[str, float]
     learned: dict[str, CostModelLike]
     setup: dict[str, Any]
+    # Per class, the wait at its least-loaded device (models/dispatch.py), None where unknown;
+    # refreshed before each decision from the backlog as routes are charged.
+    device_wait_ms: dict[str, float | None] = field(default_factory=dict)
 
 
 def warm_key(workload: Workload, candidate: Candidate | Decision) -> tuple[str, str, str]:
@@ -49,7 +52,8 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes) -> list[Can
     expected setup charged where the class has probably not run this shape and variant."""
     out = []
     kind = workload.op.kind
-    for c in candidates_for(workload, snapshot.classes, snapshot.backlog_ms):
+    for c in candidates_for(workload, snapshot.classes, snapshot.backlog_ms,
+                            snapshot.device_wait_ms):
         if warm.is_warm(c.device_class, warm_key(workload, c)):
             out.append(c)
             continue

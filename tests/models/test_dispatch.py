@@ -71,3 +71,32 @@ def test_live_classes_carry_each_devices_reported_partitions() -> None:
     view = live_classes(devices, now, 5.0)["sim-h100"]
     assert view.route_partitions == (("a", (0, 1)), ("b", (2, 3)))
     assert view.live_instances == 4
+
+
+def test_the_device_wait_is_the_least_loaded_devices_work_at_the_class_pace() -> None:
+    from models.backlog import Held
+    from models.dispatch import device_wait_ms
+
+    backlog = Backlog()
+    view = _view(("a", (0,)), ("b", (1,)))
+    assert device_wait_ms(backlog, ClassView("sim-h100", 2)) is None  # no partitions known
+    assert device_wait_ms(backlog, view) == 0.0  # both idle
+    backlog.add_entry(_entry(0, 30.0))
+    backlog.add_entry(_entry(1, 10.0))
+    assert device_wait_ms(backlog, view) == 10.0  # the average device would wait 20
+    assert device_wait_ms(backlog, view, per_workload_ms=2.0) == 12.0
+    backlog.observe("sim-h100", 10.0, 20.0)  # the class runs twice as slow as predicted
+    assert device_wait_ms(backlog, view) == 20.0
+    backlog.set_others({"sim-h100": Held(ms=8.0, count=2)})  # another worker's 8 ms, 2 devices
+    assert device_wait_ms(backlog, view, per_workload_ms=1.0) == (10.0 + 4.0) * 2.0 + 1.0 + 1.0
+
+
+def test_earliest_finish_policies_wait_at_the_device_queue_heuristics_at_the_average() -> None:
+    from models.decision import Candidate
+    from models.ops import Variant
+
+    known = Candidate("sim-h100", Variant("fp32"), live_instances=4, backlog_ms=40.0,
+                      device_wait_ms=2.0)
+    unknown = Candidate("sim-h100", Variant("fp32"), live_instances=4, backlog_ms=40.0)
+    assert known.expected_wait_ms == unknown.expected_wait_ms == 10.0
+    assert known.start_wait_ms == 2.0 and unknown.start_wait_ms == 10.0

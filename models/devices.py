@@ -179,3 +179,12 @@ def roofline_energy_j(dev: DeviceSpec, op: OpSpec, variant: Variant) -> float:
     _check(dev, variant)
     busy_s = roofline_seconds(dev, op, variant) - dev.launch_overhead_s
     return dev.idle_w * dev.launch_overhead_s + dev.tdp_w * busy_s
+
+
+def modelled_energy_j(dev: DeviceSpec, busy_ms: float) -> float:
+    """Energy of ``busy_ms`` of execution on ``dev`` from its published power: idle power over
+    the launch overhead, peak (TDP) power for the rest. A model, never a measurement: every
+    record carrying it says ``energy_simulated``."""
+    busy_s = max(0.0, float(busy_ms)) / 1e3
+    launch_s = min(busy_s, dev.launch_overhead_s)
+    return dev.idle_w * launch_s + dev.tdp_w * (busy_s - launch_s)

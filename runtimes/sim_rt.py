@@ -1,8 +1,9 @@
 """Simulated devices: wait for the catalog's roofline time, with noise and optional drift.
 
 A sim device is always ``simulated=True`` and its class is ``sim-<catalog name>`` (e.g.
-``sim-h100``). It returns no output and ``energy_j=None``: the catalog's energy model is an
-estimate, not a measurement. ``exec_ms`` is the wall time the simulated op occupied the
+``sim-h100``). It returns no output; its energy is modelled from the catalog device's published
+idle and peak power over the simulated time (``models.devices.modelled_energy_j``, applied by
+runtimes/work.py, the record says ``energy_simulated``), never measured. ``exec_ms`` is the wall time the simulated op occupied the
 executor (the target is ``roofline x lognormal noise x drift``; sleeping gets within ~0.1 ms).
 
 Drift schedules are ``"t0:f0,t1:f1,..."``: from ``t_i`` seconds after the runtime starts,
@@ -81,6 +82,7 @@ class SimRuntime(Runtime):
         if name not in DEVICE_CATALOG:
             raise RuntimeError(f"no simulated device {device!r}; catalog: {sorted(DEVICE_CATALOG)}")
         self.spec = DEVICE_CATALOG[name]
+        self.power_model = self.spec  # energy modelled from its published power (work.py)
         self.device = name
         self.device_class = f"sim-{name}"
         self.drift = parse_drift(drift)

@@ -1,4 +1,4 @@
-"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching [--quick]``.
+"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching|offload [--quick]``.
 
 Each writes JSON and PNG under ``bench/out/`` and replaces its section of ``BENCHMARKS.md``.
 Benchmarks report; they never assert on timings.
@@ -10,7 +10,8 @@ import importlib
 import logging
 from pathlib import Path
 
-BENCHMARK_NAMES: tuple[str, ...] = ("scheduling", "costmodel", "pipeline", "drift", "batching")
+BENCHMARK_NAMES: tuple[str, ...] = ("scheduling", "costmodel", "pipeline", "drift", "batching",
+                                    "offload")
 
 
 def run_benchmark(name: str, quick: bool, out_dir: Path) -> int:

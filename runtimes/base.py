@@ -54,6 +54,8 @@ class Execution:
     # (``exec_ms`` is then this workload's share of it). 1 and None for a call of its own.
     batch_size: int = 1
     batch_exec_ms: float | None = None
+    # ``energy_j`` is modelled from published power (the simulator), not read from a counter.
+    energy_simulated: bool = False
 
 
 def machine_arch() -> str:

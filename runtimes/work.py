@@ -215,7 +215,7 @@ def _records(
     attempt = route.get("attempt") if type(route.get("attempt")) is int else 1
     batch_size = execution.batch_size if execution else 1
     energy_j = execution.energy_j if execution else None
-    energy_simulated = False
+    energy_simulated = bool(execution and execution.energy_simulated)
     if execution is not None and energy_j is None and runtime.power_model is not None:
         energy_j, energy_simulated = modelled_energy_j(runtime.power_model, exec_ms), True
     common = {

@@ -2,8 +2,11 @@
 
 ``switchyard`` scores each (class, variant) by expected completion = predicted execution time
 + expected wait (backlog / live instances) + the expected one-time setup when the class has
-probably not run that (shape, variant) yet (models/setup.py), or by predicted joules, or a
-normalised mix, as the request's objective says. It picks by Thompson sampling: each
+probably not run that (shape, variant) yet (models/setup.py) + the expected transfer over a
+remote class's link (models/transfer.py), or by predicted joules, or by cost (the class's price
+per device-hour x setup, transfer and execution), or a normalised mix, as the request's
+objective says; within its deadline where any candidate makes it, and never over its
+``max_cost`` (none within: ``OverBudget``). It picks by Thompson sampling: each
 candidate's expected time is drawn from its cost model's posterior, so a class the model is
 unsure of (cold start, a new class, after drift) gets tried in proportion to its chance of
 being best, and as the posterior firms up the draws agree with the means and the policy

@@ -37,3 +37,22 @@ def test_summary_counts_share_kept_local_deadlines_joules_cost_and_work_per_joul
                   results={"s": {"status": "ok", "device_class": "torch-cpu-x86",
                                  "latency_ms": 0.1, "energy_j": None}})
     assert offload.summarise(missing, [small])["joules"] is None  # never a partial sum
+
+
+def test_merge_takes_medians_over_repeats_and_sums_classes() -> None:
+    def one(share: float, mean: float) -> dict:
+        stats = {"mean": mean, "p99": 2 * mean}
+        return {"local_share": share, "large_local_share": share, "deadline_attainment": 1.0,
+                "joules": 2.0, "cost": 0.0, "flops_per_j": 5.0, "workloads_per_j": 1.0,
+                "completion_ms": stats, "small_completion_ms": stats,
+                "large_completion_ms": stats, "ok": 2, "workloads": 2,
+                "energy_simulated": True, "load_1min": [1.0, 2.0],
+                "per_class": {"sim-h100": {"workloads": 2, "flops": 10.0, "joules": 2.0,
+                                           "transfer_ms": 4.0}}}
+    merged = offload.merge([one(0.5, 10.0), one(1.0, 30.0)])
+    assert merged["local_share"] == 0.75 and merged["completion_ms"]["mean"] == 20.0
+    assert merged["completion_ms"]["mean_range"] == [10.0, 30.0]
+    assert merged["ok"] == 4 and merged["load_1min"] == [1.0, 2.0, 1.0, 2.0]
+    h100 = merged["per_class"]["sim-h100"]
+    assert h100["workloads"] == 4 and h100["flops_per_j"] == 5.0 and h100["mean_transfer_ms"] == 2
+    assert offload.mean_cell(merged["completion_ms"]) == "20 (10–30)"

@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="torch (CPU, CUDA), jax (whatever jax.devices() offers), numpy "
                                "(CPU reference), or sim (a simulated device from the catalog)")
     executor.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N, or a sim model "
-                          "(h100, a100, l4, tpu-v5e, jetson-orin, cpu-core) for --runtime sim")
+                          "(h100, h200, a100, l4, tpu-v5e, jetson-orin, jetson-nano, cpu-core) for "
+                          "--runtime sim")
     executor.add_argument("--threads", type=int, default=None, help="intra-op threads, and as "
                           "many cores, enforced by CPU affinity (the least busy ones unless "
                           "--cpus names them)")

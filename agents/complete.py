@@ -80,8 +80,8 @@ async def complete_one(event: Any) -> None:
 
 def service_ms(outcome: ResultRecord) -> float:
     """How long the executor held the workload: from taking it off its queue to its outcome
-    (inputs made, setup, execution, checksum), from the outcome's own timestamps; the
-    execution plus setup where they are missing. On the live CPU executors making the inputs
+    (inputs made, setup, the transfer over a link, execution, checksum), from the outcome's
+    own timestamps; the execution plus setup and transfer where they are missing. On the live CPU executors making the inputs
     and the checksum took 1-3x the execution itself.
 
     A workload of a batched call shares that time with the call's other workloads (they
@@ -93,7 +93,8 @@ def service_ms(outcome: ResultRecord) -> float:
         held = outcome.finished_at_ms - outcome.decided_at_ms - outcome.queue_ms
         if held > 0:
             return float(held) / share
-    return (float(outcome.latency_ms) + float(outcome.compile_ms or 0.0)) / share
+    return (float(outcome.latency_ms) + float(outcome.compile_ms or 0.0)
+            + float(outcome.transfer_ms or 0.0)) / share
 
 
 def close_inflight(outcome: ResultRecord, entry: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from models.costmodel import CostModel
 from models.dispatch import device_wait_ms, route_partition
 from models.history import HistoryModel
 from models.ops import SpecError
-from models.policy import Decision, make_policy
+from models.policy import Decision, OverBudget, make_policy
 from models.registry import live_classes
 from models.routing import (
     Snapshot,
@@ -80,7 +80,8 @@ _unacked: list[Any] = []
 # Live classes and learned models as last read, refreshed at most every VIEW_REFRESH_S: a
 # tenth of the heartbeat period, far below the device timeout, so staleness is harmless.
 VIEW_REFRESH_S = 0.1
-_views: dict[str, Any] = {"read_at": -1.0, "classes": {}, "learned": {}, "setup": {}}
+_views: dict[str, Any] = {"read_at": -1.0, "classes": {}, "learned": {}, "setup": {},
+                          "transfer": {}}
 # Which (shape, variant) this decider has sent to each class: those are probably warm there.
 warm_routes = WarmRoutes()
 
@@ -145,7 +146,8 @@ def snapshot_now() -> Snapshot:
     refresh_views()
     classes = _views["classes"]
     return Snapshot(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
-                    learned=dict(_views["learned"]), setup=_views["setup"])
+                    learned=dict(_views["learned"]), setup=_views["setup"],
+                    transfer=_views["transfer"])
 
 
 def refresh_views(force: bool = False) -> dict[str, Any]:
@@ -159,14 +161,17 @@ def refresh_views(force: bool = False) -> dict[str, Any]:
         stored = {c: models.get(c) for c in classes}
         learned = {c: m for c in classes if (m := cost_model(c, stored[c])) is not None}
         setup = {c: (stored[c] or {}).get("setup") for c in classes}
-        _views.update(read_at=now, classes=classes, learned=learned, setup=setup)
+        transfer = {c: (stored[c] or {}).get("transfer") for c in classes}
+        _views.update(read_at=now, classes=classes, learned=learned, setup=setup,
+                      transfer=transfer)
     return _views["classes"]
 
 
 async def send_route(workload: Workload, partition: int, offset: int | None, attempt: int,
                      snapshot: Snapshot) -> Routed | None:
     """Decide where ``workload`` runs and hand its route to the producer (without waiting for
-    the ack); None when no live class can run it."""
+    the ack); None when no live class can run it. ``OverBudget`` when no class is predicted
+    to stay within its ``max_cost``."""
     # The wait at each class's least-loaded device, from the backlog as charged so far (each
     # route of this batch included): where the route would go (models/dispatch.py).
     snapshot.device_wait_ms = {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms)
@@ -308,8 +313,12 @@ async def decide_batch(batch: list[Any]) -> None:
     await wait_for_devices()
     snapshot = snapshot_now()
     for event, workload, previous in accepted:
-        routed = await send_route(workload, event.message.partition, event.message.offset, 1,
-                                  snapshot)
+        try:
+            routed = await send_route(workload, event.message.partition, event.message.offset,
+                                      1, snapshot)
+        except OverBudget as exc:
+            await dead_letter("decide", event, str(exc))
+            continue
         if routed is None:
             await dead_letter("decide", event, "no live device class can run this workload "
                               f"({workload.op.kind} in {', '.join(workload.precisions)})")
@@ -337,9 +346,13 @@ async def reroute(stream: Any) -> None:
         except SpecError as exc:  # accepted once, so this would be a bug: keep the evidence
             await dead_letter("reroute", event, f"stored workload no longer valid: {exc}")
             continue
-        with event_context(event):
-            decision = await route(workload, int(entry.get("partition", 0)), attempt + 1,
-                                   entry)
+        try:
+            with event_context(event):
+                decision = await route(workload, int(entry.get("partition", 0)), attempt + 1,
+                                       entry)
+        except OverBudget as exc:
+            await dead_letter("reroute", event, f"no class left within max_cost: {exc}")
+            continue
         if decision is not None:
             observability.inc("switchyard_reroutes_total", from_class=entry["device_class"],
                               to_class=decision.device_class)

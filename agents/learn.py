@@ -33,6 +33,7 @@ from models.costmodel import CostModel, Row
 from models.history import HistoryModel
 from models.ops import OpSpec, SpecError, Variant, batched_equivalent, parse_op
 from models.setup import update_setup
+from models.transfer import transfer_rows, update_transfer
 
 logger = logging.getLogger(__name__)
 REQUIRED, OPTIONAL = wire_fields(MetricRecord)
@@ -157,6 +158,7 @@ async def learn_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
     the metric stage, agents/metrics.py, with the batch's well-formed metrics)."""
     rows: dict[str, list[Row]] = defaultdict(list)
     setups: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
+    transfers = transfer_rows([metric for _, metric in parsed])
     last_event: dict[str, Any] = {}
     calls: set[tuple[Any, ...]] = set()
     for event, metric in parsed:
@@ -194,6 +196,9 @@ async def learn_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
         # The one-time setup of new shapes, learned beside the model (models/setup.py).
         model_dict["setup"] = update_setup((stored or {}).get("setup"),
                                            setups.get(device_class, ()))
+        # The measured transfers over the class's link, fitted beside it (models/transfer.py).
+        model_dict["transfer"] = update_transfer((stored or {}).get("transfer"),
+                                                 transfers.get(device_class, ()))
         with event_context(last_event[device_class]):
             class_models[device_class] = model_dict
             class_history[device_class] = history_dict

@@ -15,6 +15,7 @@ from app.streaming import check_fields, dead_letter, decode_object, event_contex
 from app.tables import devices, inflight
 from app.topics import is_device_class
 from models.registry import live_classes
+from models.transfer import parse_link, parse_price
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_BATCH = 200
@@ -30,6 +31,11 @@ def parse_heartbeat(raw: bytes) -> HeartbeatRecord:
         # every decision for it fail.
         raise ValueError(f"heartbeat device_class {data['device_class'][:80]!r} is not a "
                          "topic-safe <runtime>-<device kind>-<model> name")
+    try:
+        parse_link(data.get("link"))  # a negative bandwidth would make transfers negative
+        parse_price(data.get("price_per_hour"))
+    except ValueError as exc:
+        raise ValueError(f"heartbeat: {exc}") from None
     try:
         return HeartbeatRecord.from_data(data)
     except (TypeError, ValueError) as exc:

@@ -13,7 +13,8 @@ from pathlib import Path
 from app import kafka_local
 
 RUNTIMES = ("torch", "jax", "numpy", "sim")
-BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift", "batching", "fleetsim")
+BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift", "batching", "offload",
+              "fleetsim")
 
 
 def _kafka(ns: argparse.Namespace) -> int:
@@ -50,6 +51,8 @@ def _executor(ns: argparse.Namespace) -> int:
     return run_executor(
         runtime=ns.runtime, device=ns.device, threads=ns.threads, device_id=ns.id,
         slowdown_file=ns.slowdown_file, drift=ns.drift, cpus=ns.cpus,
+        link_rtt_ms=ns.link_rtt_ms, link_bandwidth_mbit_s=ns.link_bandwidth_mbit_s,
+        price_per_hour=ns.price_per_hour, power_model=ns.power_model,
     )
 
 
@@ -121,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="torch (CPU, CUDA), jax (whatever jax.devices() offers), numpy "
                                "(CPU reference), or sim (a simulated device from the catalog)")
     executor.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N, or a sim model "
-                          "(h100, a100, l4, tpu-v5e, jetson-orin, cpu-core) for --runtime sim")
+                          "(h100, h200, a100, l4, tpu-v5e, jetson-orin, jetson-nano, cpu-core) for "
+                          "--runtime sim")
     executor.add_argument("--threads", type=int, default=None, help="intra-op threads, and as "
                           "many cores, enforced by CPU affinity (the least busy ones unless "
                           "--cpus names them)")
@@ -131,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
     executor.add_argument("--slowdown-file", default=None, help="file holding a slowdown factor, "
                           "re-read before each op (drift experiments)")
     executor.add_argument("--drift", default=None, help="sim only: 'seconds:factor,...' schedule")
+    executor.add_argument("--link-rtt-ms", type=float, default=None,
+                          help="a remote class: the round trip of the link it sits behind (ms; "
+                               "with --link-bandwidth-mbit-s). Each workload really waits the "
+                               "link's time for its bytes, reported as transfer_ms")
+    executor.add_argument("--link-bandwidth-mbit-s", type=float, default=None,
+                          help="the link's bandwidth in Mbit/s (> 0)")
+    executor.add_argument("--price-per-hour", type=float, default=None,
+                          help="price per device-hour, for the cost objective (default: unpriced)")
+    executor.add_argument("--power-model", default=None,
+                          help="a catalog device (e.g. cpu-core) whose published idle and peak "
+                               "power model the energy no counter measures (flagged "
+                               "energy_simulated); sim devices always use their own")
     executor.set_defaults(func=_executor)
 
     submit = sub.add_parser("submit", help="publish workloads from a JSONL trace",
@@ -179,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=BENCHMARKS,
                        help="scheduling (policies vs an oracle), costmodel (accuracy), pipeline "
                             "(throughput), drift (adaptation), batching (dynamic batching in an "
-                            "executor)")
+                            "executor), offload (local fleet vs a remote class behind a link)")
     bench.add_argument("--quick", action="store_true", help="a short run (under 5 minutes)")
     bench.add_argument("--out", default="bench/out", help="output folder")
     bench.set_defaults(func=_bench)

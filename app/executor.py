@@ -49,7 +49,9 @@ from app.records import (
     metric_batch_bytes,
 )
 from app.settings import Settings, get_settings
+from models.devices import DEVICE_CATALOG, DeviceSpec
 from models.ops import SpecError
+from models.transfer import Link, parse_price
 from models.workload import WorkloadLimits, decode_json_bounded
 from runtimes import Runtime, get_runtime
 from runtimes.affinity import isolate
@@ -133,8 +135,13 @@ class Executor:
         slowdown_file: str | None = None,
         threads: int | None = None,
         cpus: tuple[int, ...] | None = None,
+        link: Link | None = None,
+        price_per_hour: float | None = None,
     ) -> None:
         self.settings = settings
+        # A remote class: the link this executor sits behind, and its price per device-hour.
+        self.link = link
+        self.price_per_hour = price_per_hour
         self.runtime = runtime
         self.device_id = device_id or default_device_id(runtime)
         self.slowdown_file = slowdown_file
@@ -328,8 +335,9 @@ class Executor:
                 continue
             assert isinstance(route, dict)
             routes.append(route)
+            # Behind a link each workload's bytes are waited for alone: no batching.
             keyed = (batch_key(route, self.runtime, self.limits)
-                     if self.settings.executor_batching else None)
+                     if self.settings.executor_batching and self.link is None else None)
             if keyed is None:
                 keys.append(None)
             else:
@@ -374,7 +382,7 @@ class Executor:
         results: list[WorkResult]
         if len(group) == 1:
             results = [await loop.run_in_executor(
-                self.compute, lambda: perform(first, self.runtime, **options))]
+                self.compute, lambda: perform(first, self.runtime, link=self.link, **options))]
         else:
             members = [plan.parsed[i] for i in group]
             results = await loop.run_in_executor(
@@ -475,6 +483,9 @@ class Executor:
             state=state,
             route_partitions=sorted(tp.partition for tp in consumer.assignment()
                                     if tp.topic == self.route_topic),
+            link=self.link.to_dict() if self.link else None,
+            price_per_hour=self.price_per_hour,
+            power_model=self.runtime.power_model.name if self.runtime.power_model else None,
         )
         partition = await self._class_partition(producer, topics.HEARTBEATS)
         await self._send(producer, topics.HEARTBEATS, self.device_id, record.dumps(), partition)
@@ -498,12 +509,23 @@ def run_executor(
     slowdown_file: str | None,
     drift: str | None,
     cpus: str | None = None,
+    link_rtt_ms: float | None = None,
+    link_bandwidth_mbit_s: float | None = None,
+    price_per_hour: float | None = None,
+    power_model: str | None = None,
 ) -> int:
-    """Build the runtime and serve its route topic until SIGTERM (blocking); the exit code."""
+    """Build the runtime and serve its route topic until SIGTERM (blocking); the exit code.
+    The link, price and power model given here replace the settings'."""
     settings = get_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    try:
+        link, price, model = remote_options(settings, link_rtt_ms, link_bandwidth_mbit_s,
+                                            price_per_hour, power_model)
+    except ValueError as exc:
+        logger.error("%s", exc)
+        return 2
     options: dict[str, Any] = {}
     if drift is not None:
         if runtime != "sim":
@@ -523,5 +545,32 @@ def run_executor(
     except (RuntimeError, ValueError, SpecError) as exc:
         logger.error("cannot start %s on %s: %s", runtime, device, exc)
         return 2
+    if model is not None and not rt.simulated:
+        rt.power_model = model
     tune_gc(settings.gc_gen0_threshold)  # the runtime's modules are loaded: freeze them
-    return run_loop(Executor(settings, rt, device_id, slowdown_file, threads, pinned).run())
+    return run_loop(Executor(settings, rt, device_id, slowdown_file, threads, pinned,
+                             link=link, price_per_hour=price).run())
+
+
+def remote_options(settings: Settings, rtt_ms: float | None, bandwidth_mbit_s: float | None,
+                   price_per_hour: float | None, power_model: str | None,
+                   ) -> tuple[Link | None, float | None, DeviceSpec | None]:
+    """The executor's link, price and power model: the options given, else the settings';
+    ValueError with the reason when one is malformed (a negative bandwidth, half a link, an
+    unknown catalog device)."""
+    rtt = rtt_ms if rtt_ms is not None else settings.executor_link_rtt_ms
+    bandwidth = (bandwidth_mbit_s if bandwidth_mbit_s is not None
+                 else settings.executor_link_bandwidth_mbit_s)
+    if (rtt is None) != (bandwidth is None):
+        raise ValueError("a link needs both --link-rtt-ms and --link-bandwidth-mbit-s")
+    link = None if rtt is None or bandwidth is None else Link(rtt, bandwidth)
+    price = parse_price(price_per_hour if price_per_hour is not None
+                        else settings.executor_price_per_hour)
+    name = power_model if power_model is not None else settings.executor_power_model
+    model = None
+    if name:
+        if name not in DEVICE_CATALOG:
+            raise ValueError(f"no catalog device {name!r} for --power-model; catalog: "
+                             f"{sorted(DEVICE_CATALOG)}")
+        model = DEVICE_CATALOG[name]
+    return link, price, model

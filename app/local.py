@@ -133,8 +133,10 @@ class LocalCluster:
     # --- executors -----------------------------------------------------------------------------
     def start_executor(self, runtime: str, device: str = "cpu", threads: int | None = 1,
                        device_id: str | None = None, slowdown_file: Path | None = None,
-                       drift: str | None = None, **env: str) -> Proc:
-        """Start an executor process."""
+                       drift: str | None = None, extra_args: tuple[str, ...] = (),
+                       **env: str) -> Proc:
+        """Start an executor process (``extra_args``: more of its command-line options, e.g.
+        ``("--link-rtt-ms", "20", "--link-bandwidth-mbit-s", "100")``)."""
         device_id = device_id or f"{runtime}-{device.replace(':', '')}-{uuid.uuid4().hex[:6]}"
         argv = [sys.executable, "-m", "app.cli", "executor", "--runtime", runtime,
                 "--device", device, "--id", device_id]
@@ -144,7 +146,7 @@ class LocalCluster:
             argv += ["--slowdown-file", str(slowdown_file)]
         if drift is not None:
             argv += ["--drift", drift]
-        return self._spawn(device_id, argv, env)
+        return self._spawn(device_id, argv + list(extra_args), env)
 
     def wait_devices(self, device_ids: Iterable[str], timeout_s: float = 120.0) -> float:
         """Wait until the worker's registry lists every device id as live."""

@@ -39,6 +39,15 @@ class RouteRecord(_Wire):
     meets_deadline: bool = True
     # 1 for the first decision; higher when the workload was routed again after its class died.
     attempt: int = 1
+    # Why the class won (models/policy.py): the request's objective weights, the expected
+    # transfer over the class's link and the expected cost (price x device time), whether
+    # the joules are the class prior's estimate, and the terms of the chosen and the best
+    # other candidates.
+    objective: dict[str, float] | None = None
+    predicted_transfer_ms: float = 0.0
+    predicted_cost: float = 0.0
+    energy_estimated: bool = False
+    compared: list[dict[str, Any]] | None = None
 
 
 class MetricRecord(_Wire):
@@ -70,6 +79,15 @@ class MetricRecord(_Wire):
     # ``batch_exec_ms / batch_size``. Rows of executors without batching have neither.
     batch_size: int = 1
     batch_exec_ms: float | None = None
+    # Behind a declared link (models/transfer.py): the bytes moved (up + down), the measured
+    # wait for them (outside ``exec_ms``), and whether that link is simulated (the executor
+    # waits the declared link's time; it is not a network). Null/false where no link.
+    transfer_ms: float | None = None
+    transfer_bytes: int | None = None
+    link_simulated: bool = False
+    # ``energy_j`` is modelled from the published idle and peak power of a catalog device
+    # (sim runtimes, or an executor given --power-model), not read from a counter.
+    energy_simulated: bool = False
 
 
 # The metrics topic's second form: many executions in one record, as an executor publishes what
@@ -127,6 +145,12 @@ class HeartbeatRecord(_Wire):
     # The partitions of its class's route topic this executor consumes (its consumer group's
     # assignment); the worker sends a route to the partition of the least-loaded device.
     route_partitions: list[int] | None = None
+    # The link the executor declares it sits behind, {"rtt_ms", "bandwidth_mbit_s"}, and its
+    # price per device-hour; null when local / unpriced (models/transfer.py).
+    link: dict[str, float] | None = None
+    price_per_hour: float | None = None
+    # The catalog device whose published power models energy (sim, or --power-model).
+    power_model: str | None = None
 
 
 class ResultRecord(_Wire):
@@ -156,6 +180,9 @@ class ResultRecord(_Wire):
     # The workloads run by the one batched call this one was part of (1: a call of its own);
     # ``latency_ms`` is that call's time.
     batch_size: int = 1
+    # The measured wait for the workload's bytes over a declared link (null: none).
+    transfer_ms: float | None = None
+    energy_simulated: bool = False
 
 
 class DeadLetterRecord(_Wire):

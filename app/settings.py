@@ -117,6 +117,17 @@ class Settings(BaseSettings):
     # before it runs them. 0: it batches only what is already queued, so a workload at low
     # load is never held back for a batch (BENCHMARKS.md, batching).
     executor_batch_wait_ms: float = Field(default=0.0, ge=0)
+    # A remote class (models/transfer.py): the link the executor sits behind — round trip and
+    # bandwidth, both or neither — and its price per device-hour (any currency; used by the
+    # cost objective). Heartbeats carry them. Behind a link the executor really waits each
+    # workload's transfer time (flagged link_simulated) and does not batch.
+    executor_link_rtt_ms: float | None = Field(default=None, ge=0)
+    executor_link_bandwidth_mbit_s: float | None = Field(default=None, gt=0)
+    executor_price_per_hour: float | None = Field(default=None, ge=0)
+    # A catalog device (models/devices.py) whose published idle and peak power model the
+    # energy of executions no counter measures (flagged energy_simulated); sim runtimes
+    # always use their own device.
+    executor_power_model: str | None = None
 
     # --- Windows -------------------------------------------------------------------------------
     tumbling_window_s: float = Field(default=10.0, gt=0)
@@ -185,6 +196,9 @@ class Settings(BaseSettings):
         if (self.security_protocol.endswith("SSL") and self.ssl_keyfile
                 and not self.ssl_certfile):
             raise ValueError("SWITCHYARD_SSL_KEYFILE is set without SWITCHYARD_SSL_CERTFILE")
+        if (self.executor_link_rtt_ms is None) != (self.executor_link_bandwidth_mbit_s is None):
+            raise ValueError("a link needs both SWITCHYARD_EXECUTOR_LINK_RTT_MS and "
+                             "SWITCHYARD_EXECUTOR_LINK_BANDWIDTH_MBIT_S")
         return self
 
     @property

@@ -16,6 +16,7 @@ import numpy as np
 
 from models.costmodel import CostModel
 from models.sketch import WindowStats
+from models.transfer import fit_transfer
 
 # Features shown by name in a model summary: the size slopes and the roofline prior are the
 # ones an operator can read ("time grows like flops^w"); one-hot op kinds are summarised by
@@ -119,7 +120,20 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
         # (op kind, mode): what the policy charges a class for a shape it has not run yet.
         "setup_ms": {key: finite(float(entry["ms"]))
                      for key, entry in sorted((stored.get("setup") or {}).items())},
+        # The class's measured transfers over its link, as the line ms = a + b * MB fitted
+        # to them alone (the decider also leans on the declared link: models/transfer.py);
+        # None for a class that never measured one.
+        "transfer": transfer_summary(stored.get("transfer")),
     }
+
+
+def transfer_summary(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The fitted transfer line of a class's measured rows, or None without any."""
+    fit = fit_transfer(None, stored)
+    if fit is None:
+        return None
+    return {"a_ms": finite(fit.a_ms), "b_ms_per_mb": finite(fit.b_ms_per_mb),
+            "rows": fit.rows, "last_ms": finite((stored or {}).get("last_ms"))}
 
 
 # --- windows ----------------------------------------------------------------------------------

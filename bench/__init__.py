@@ -1,4 +1,5 @@
-"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching|fleetsim [--quick]``.
+"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching|offload|fleetsim
+[--quick]``.
 
 Each writes JSON and PNG under ``bench/out/`` and replaces its section of ``BENCHMARKS.md``.
 Benchmarks report; they never assert on timings.
@@ -11,7 +12,7 @@ import logging
 from pathlib import Path
 
 BENCHMARK_NAMES: tuple[str, ...] = ("scheduling", "costmodel", "pipeline", "drift", "batching",
-                                    "fleetsim")
+                                    "offload", "fleetsim")
 
 
 def run_benchmark(name: str, quick: bool, out_dir: Path) -> int:

@@ -38,6 +38,8 @@ class ExecutorSpec:
     threads: int | None = 1
     drift: str | None = None
     slowdown_file: Path | None = None
+    # More executor options (a link, a price, a power model: app/cli.py).
+    args: tuple[str, ...] = ()
 
     def label(self) -> str:
         return f"{self.count}x {self.runtime}:{self.device}"
@@ -78,7 +80,7 @@ def start_cluster(workdir: Path, fleet: Sequence[ExecutorSpec], env: dict[str, s
                 proc = local.start_executor(
                     spec.runtime, spec.device, threads=spec.threads,
                     device_id=f"{spec.runtime}-{spec.device.replace(':', '')}-{i}",
-                    slowdown_file=spec.slowdown_file, drift=spec.drift)
+                    slowdown_file=spec.slowdown_file, drift=spec.drift, extra_args=spec.args)
                 ids.append(proc.name)
         local.wait_ready(worker, timeout_s)
         local.wait_devices(ids, timeout_s)

@@ -22,6 +22,7 @@ from models.workload import Workload
 __all__ = [
     "Candidate",
     "Decision",
+    "OverBudget",
     "Policy",
     "PriorModels",
     "Reason",
@@ -50,6 +51,10 @@ class Candidate:
     # The wait at the device the route would go to (the class's least-loaded one,
     # models/dispatch.py), when the class's devices reported their route partitions.
     device_wait_ms: float | None = None
+    # Expected time to move the workload's bytes over the class's link (models/transfer.py;
+    # 0 for a local class), and the class's declared price per device-hour (0: unpriced).
+    transfer_ms: float = 0.0
+    price_per_hour: float = 0.0
 
     @property
     def expected_wait_ms(self) -> float:
@@ -83,12 +88,24 @@ class Decision:
     score: float
     energy_fallback: bool = False
     setup_ms: float = 0.0  # the expected setup charged to the chosen candidate
+    transfer_ms: float = 0.0  # the expected transfer over the chosen class's link
+    cost: float = 0.0  # price x expected device time (setup, transfer and execution)
+    # The chosen class's energy is its roofline prior's estimate (no model learned yet).
+    energy_estimated: bool = False
+    # Why it won: the chosen candidate's terms first, then the best others' (at most 3), each
+    # {device_class, precision, mode, exec_ms, transfer_ms, wait_ms, setup_ms, energy_j,
+    # cost, score}; empty for policies that do not score candidates.
+    compared: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the variant as ``{"precision", "mode"}``)."""
         out = asdict(self)
         out["variant"] = self.variant.to_dict()
         return out
+
+
+class OverBudget(ValueError):
+    """No candidate is predicted to stay within the request's ``max_cost``."""
 
 
 class Policy(Protocol):
@@ -169,21 +186,38 @@ class PriorModels:
 
 
 def weighted_scores(
-    latency_ms: np.ndarray, energy_j: np.ndarray | None, objective: Mapping[str, float]
+    latency_ms: np.ndarray, energy_j: np.ndarray | None, objective: Mapping[str, float],
+    cost: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Lower is better. Pure latency: completion ms; pure energy: joules; a mix: each term
-    divided by its best value among the candidates (so 1.0 is "as good as the best") and
-    weighted. ``energy_j`` None means latency only."""
-    w_energy = float(objective.get("energy", 0.0))
-    w_latency = float(objective.get("latency", 1.0 - w_energy))
-    if energy_j is None or w_energy <= 0.0:
+    """Lower is better. Pure latency: completion ms; pure energy: joules; pure cost: cost; a
+    mix: each term divided by its best value among the candidates (so 1.0 is "as good as the
+    best"; for cost, the cheapest priced one, so a free candidate scores 0) and weighted.
+    ``energy_j``/``cost`` None means that term is left out. Ties (free candidates under a
+    pure cost objective) are broken by `best_index`."""
+    w_energy = float(objective.get("energy", 0.0)) if energy_j is not None else 0.0
+    w_cost = float(objective.get("cost", 0.0)) if cost is not None else 0.0
+    w_latency = float(objective.get("latency", 1.0 - w_energy - w_cost))
+    if w_energy <= 0.0 and w_cost <= 0.0:
         return latency_ms
-    if w_latency <= 0.0:
+    if w_latency <= 0.0 and w_cost <= 0.0 and energy_j is not None:
         return energy_j
-    total = w_latency + w_energy
+    if w_latency <= 0.0 and w_energy <= 0.0 and cost is not None:
+        return cost
+    total = w_latency + w_energy + w_cost
     best_latency = max(float(latency_ms.min()), 1e-12)
-    best_energy = max(float(energy_j.min()), 1e-12)
-    return (w_latency * latency_ms / best_latency + w_energy * energy_j / best_energy) / total
+    score = w_latency * latency_ms / best_latency
+    if energy_j is not None and w_energy > 0.0:
+        score = score + w_energy * energy_j / max(float(energy_j.min()), 1e-12)
+    if cost is not None and w_cost > 0.0:
+        priced = cost[cost > 0.0]
+        if priced.size:
+            score = score + w_cost * cost / float(priced.min())
+    return score / total
+
+
+def best_index(scores: np.ndarray, latency_ms: np.ndarray) -> int:
+    """The index of the lowest score, ties broken by the lower latency."""
+    return int(np.lexsort((latency_ms, scores))[0])
 
 
 def meets(deadline_ms: float | None, completion_ms: float) -> bool:

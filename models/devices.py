@@ -137,6 +137,18 @@ DEVICE_CATALOG: dict[str, DeviceSpec] = {
             60.0,
             8.0,
         ),
+        # NVIDIA Jetson Nano module datasheet: 128-core Maxwell GPU, 472 GFLOPS FP16 (Maxwell
+        # runs FP32 at half that: 236 GF), 4 GB LPDDR4 25.6 GB/s, 5 W / 10 W modes. No
+        # tensor cores: no tf32/bf16/int8 rate.
+        DeviceSpec(
+            "jetson-nano",
+            "edge",
+            {"fp32": 236 * GIGA, "fp16": 472 * GIGA},
+            25.6e9,
+            20e-6,
+            10.0,
+            2.0,
+        ),
         # One modern x86 core (Sapphire Rapids class, 3.0 GHz): 2 AVX-512 FMA ports x 16 fp32
         # lanes x 2 FLOP = 192 GF fp32; AVX512-BF16 doubles it; VNNI int8 4x. About 15 GB/s of
         # DRAM bandwidth per core and ~6 W per core at load (350 W / 56 cores) are derived.
@@ -179,3 +191,12 @@ def roofline_energy_j(dev: DeviceSpec, op: OpSpec, variant: Variant) -> float:
     _check(dev, variant)
     busy_s = roofline_seconds(dev, op, variant) - dev.launch_overhead_s
     return dev.idle_w * dev.launch_overhead_s + dev.tdp_w * busy_s
+
+
+def modelled_energy_j(dev: DeviceSpec, busy_ms: float) -> float:
+    """Energy of ``busy_ms`` of execution on ``dev`` from its published power: idle power over
+    the launch overhead, peak (TDP) power for the rest. A model, never a measurement: every
+    record carrying it says ``energy_simulated``."""
+    busy_s = max(0.0, float(busy_ms)) / 1e3
+    launch_s = min(busy_s, dev.launch_overhead_s)
+    return dev.idle_w * launch_s + dev.tdp_w * (busy_s - launch_s)

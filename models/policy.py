@@ -2,8 +2,11 @@
 
 ``switchyard`` scores each (class, variant) by expected completion = predicted execution time
 + expected wait (backlog / live instances) + the expected one-time setup when the class has
-probably not run that (shape, variant) yet (models/setup.py), or by predicted joules, or a
-normalised mix, as the request's objective says. It picks by Thompson sampling: each
+probably not run that (shape, variant) yet (models/setup.py) + the expected transfer over a
+remote class's link (models/transfer.py), or by predicted joules, or by cost (the class's price
+per device-hour x setup, transfer and execution), or a normalised mix, as the request's
+objective says; within its deadline where any candidate makes it, and never over its
+``max_cost`` (none within: ``OverBudget``). It picks by Thompson sampling: each
 candidate's expected time is drawn from its cost model's posterior, so a class the model is
 unsure of (cold start, a new class, after drift) gets tried in proportion to its chance of
 being best, and as the posterior firms up the draws agree with the means and the policy
@@ -36,20 +39,24 @@ from models.costmodel import CostModelLike
 from models.decision import (
     Candidate,
     Decision,
+    OverBudget,
     Policy,
     PriorModels,
     Reason,
+    best_index,
     eligible_candidates,
     meets,
     weighted_scores,
 )
 from models.history import HistoryModel
+from models.transfer import HOUR_MS
 from models.workload import Workload
 
 __all__ = [
     "POLICY_NAMES",
     "Candidate",
     "Decision",
+    "OverBudget",
     "Policy",
     "SwitchyardPolicy",
     "TrueCost",
@@ -63,6 +70,8 @@ COLD_SAMPLES = 16
 # A class with at most this much expected wait (or one greedy execution, if longer) is idle
 # enough to try an exploratory pick on.
 IDLE_WAIT_MS = 1.0
+# How many candidates besides the chosen one a decision lists in ``compared``.
+COMPARED_OTHERS = 3
 
 
 class SwitchyardPolicy:
@@ -92,7 +101,11 @@ class SwitchyardPolicy:
         wait = np.array([c.start_wait_ms for c in usable])
         # A probably-cold (shape, variant) also costs its executor a build/compile and warm-up.
         setup = np.array([c.setup_ms for c in usable])
+        # A remote class first moves the workload's bytes over its link (models/transfer.py).
+        transfer = np.array([c.transfer_ms for c in usable])
+        price = np.array([c.price_per_hour for c in usable])
         energy: list[float | None] = []
+        estimated: list[bool] = []
         learned, versions, samples = [], [], []
         for i, c in enumerate(usable):
             model, is_learned = self._priors.get(models, c.device_class)
@@ -103,7 +116,14 @@ class SwitchyardPolicy:
                 pred = model.predict_one(op, c.variant)
                 draw_ms[i] = model.sample_ms(op, c.variant, rng)
             mean_ms[i], std_ms[i] = pred.mean_ms, pred.std_ms
-            energy.append(pred.energy_j)
+            joules, guessed = pred.energy_j, False
+            prior = getattr(model, "prior", None)
+            if joules is None and not is_learned and prior is not None:
+                # A class with no model yet: its prior's busy power over the predicted time
+                # (a class that learned times but never energy cannot measure it: fallback).
+                joules, guessed = float(prior.busy_power_w) * pred.mean_ms / 1e3, True
+            energy.append(joules)
+            estimated.append(guessed)
             learned.append(is_learned)
             versions.append(model.version if is_learned else 0)
             samples.append(model.samples if is_learned else 0)
@@ -117,24 +137,39 @@ class SwitchyardPolicy:
             # Energy ~ power x time: the draw scales the energy by the sampled time ratio.
             draw_energy = mean_energy * draw_ms / mean_ms
         if energy_fallback:
-            objective = {"latency": 1.0, "energy": 0.0}
+            objective = {"latency": 1.0 - objective.get("cost", 0.0), "energy": 0.0,
+                         "cost": objective.get("cost", 0.0)}
 
-        completion = wait + setup + mean_ms
-        feasible = [i for i in range(n) if meets(workload.deadline_ms, float(completion[i]))]
-        pool = feasible or list(range(n))
+        completion = wait + setup + transfer + mean_ms
+        # What holding the device costs: its price over setup, transfer and execution.
+        cost = price * (setup + transfer + mean_ms) / HOUR_MS
+        draw_cost = price * (setup + transfer + draw_ms) / HOUR_MS
+        allowed = list(range(n))
+        if workload.max_cost is not None:
+            allowed = [i for i in allowed if cost[i] <= workload.max_cost * (1 + 1e-9)]
+            if not allowed:
+                cheapest = int(np.argmin(cost))
+                raise OverBudget(
+                    f"no device class is predicted to stay within max_cost "
+                    f"{workload.max_cost:g}: the cheapest, {usable[cheapest].device_class}, "
+                    f"is predicted to cost {cost[cheapest]:.3g}")
+        feasible = [i for i in allowed if meets(workload.deadline_ms, float(completion[i]))]
+        pool = feasible or allowed
         if not feasible:
             # Nothing is predicted to make the deadline: finish as early as possible.
             objective = {"latency": 1.0, "energy": 0.0}
+        wants_cost = objective.get("cost", 0.0) > 0.0
         idx = np.asarray(pool)
         greedy_scores = weighted_scores(
-            completion[idx], None if mean_energy is None else mean_energy[idx], objective
-        )
+            completion[idx], None if mean_energy is None else mean_energy[idx], objective,
+            cost[idx] if wants_cost else None)
+        draw_completion = wait + setup + transfer + draw_ms
         draw_scores = weighted_scores(
-            wait[idx] + setup[idx] + draw_ms[idx],
-            None if draw_energy is None else draw_energy[idx], objective
-        )
-        greedy = int(idx[int(np.argmin(greedy_scores))])
-        pick_at = int(np.argmin(draw_scores))
+            draw_completion[idx], None if draw_energy is None else draw_energy[idx], objective,
+            draw_cost[idx] if wants_cost else None)
+        greedy_at = best_index(greedy_scores, completion[idx])
+        greedy = int(idx[greedy_at])
+        pick_at = best_index(draw_scores, draw_completion[idx])
         chosen = int(idx[pick_at])
         if self.explore_when_idle:
             chosen = self._explore_only_when_idle(
@@ -150,6 +185,18 @@ class SwitchyardPolicy:
         else:
             reason = "exploit"
         c = usable[chosen]
+
+        def terms(i: int, score: float) -> dict[str, Any]:
+            cand = usable[i]
+            return {"device_class": cand.device_class, "precision": cand.variant.precision,
+                    "mode": cand.variant.mode, "exec_ms": float(mean_ms[i]),
+                    "transfer_ms": float(transfer[i]), "wait_ms": float(wait[i]),
+                    "setup_ms": float(setup[i]), "energy_j": energy[i],
+                    "cost": float(cost[i]), "score": float(score)}
+
+        order = [int(j) for j in np.lexsort((completion[idx], greedy_scores))]
+        others = [terms(int(idx[j]), greedy_scores[j]) for j in order
+                  if int(idx[j]) != chosen][:COMPARED_OTHERS]
         return Decision(
             device_class=c.device_class,
             variant=c.variant,
@@ -163,6 +210,10 @@ class SwitchyardPolicy:
             score=float(draw_scores[pick_at]),
             energy_fallback=energy_fallback,
             setup_ms=float(setup[chosen]),
+            transfer_ms=float(transfer[chosen]),
+            cost=float(cost[chosen]),
+            energy_estimated=estimated[chosen],
+            compared=(terms(chosen, greedy_scores[pick_at]), *others),
         )
 
     def _explore_only_when_idle(self, chosen: int, greedy: int, idx: np.ndarray,

@@ -12,6 +12,7 @@ from typing import Any
 
 from models.decision import Candidate
 from models.ops import Variant
+from models.transfer import Link, parse_link, parse_price
 from models.workload import Workload
 
 
@@ -27,6 +28,11 @@ class ClassView:
     device_ids: tuple[str, ...] = ()
     # (device id, the partitions of the class's route topic it consumes), from heartbeats.
     route_partitions: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # The link the class sits behind (the slowest its live devices declare: longest round
+    # trip, narrowest bandwidth) and its price per device-hour (the highest declared; 0 when
+    # none is); models/transfer.py.
+    link: Link | None = None
+    price_per_hour: float = 0.0
 
 
 def device_is_live(device: Mapping[str, Any], now_ms: float, timeout_s: float) -> bool:
@@ -54,6 +60,8 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
             for cap in member.get("capabilities") or ():
                 if isinstance(cap, list | tuple) and len(cap) == 3:
                     capabilities.add((str(cap[0]), str(cap[1]), str(cap[2])))
+        links = [link for m in members if (link := _member_link(m)) is not None]
+        prices = [_member_price(m) for m in members]
         views[device_class] = ClassView(
             device_class=device_class,
             live_instances=len(members),
@@ -66,8 +74,26 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
                 for m in members if isinstance(parts := m.get("route_partitions"), list)
                 and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
                         for p in parts))),
+            link=Link(max(k.rtt_ms for k in links), min(k.bandwidth_mbit_s for k in links))
+            if links else None,
+            price_per_hour=max(prices, default=0.0),
         )
     return views
+
+
+def _member_link(device: Mapping[str, Any]) -> Link | None:
+    """A device record's declared link (the registry refused malformed ones; None here)."""
+    try:
+        return parse_link(device.get("link"))
+    except ValueError:
+        return None
+
+
+def _member_price(device: Mapping[str, Any]) -> float:
+    try:
+        return parse_price(device.get("price_per_hour")) or 0.0
+    except ValueError:
+        return 0.0
 
 
 def candidates_for(workload: Workload, classes: Mapping[str, ClassView],

@@ -26,6 +26,7 @@ from models.decision import Candidate, Decision, Policy
 from models.history import HistoryModel
 from models.registry import ClassView, candidates_for
 from models.setup import WarmRoutes, expected_setup_ms, setup_known
+from models.transfer import predict_transfer_ms, transfer_bytes
 from models.workload import Workload
 
 
@@ -40,6 +41,8 @@ class Snapshot:
     # Per class, the wait at its least-loaded device (models/dispatch.py), None where unknown;
     # refreshed before each decision from the backlog as routes are charged.
     device_wait_ms: dict[str, float | None] = field(default_factory=dict)
+    # Each class's learned transfer sums (models/transfer.py), stored beside its model.
+    transfer: dict[str, Any] = field(default_factory=dict)
 
 
 def warm_key(workload: Workload, candidate: Candidate | Decision) -> tuple[str, str, str]:
@@ -48,19 +51,28 @@ def warm_key(workload: Workload, candidate: Candidate | Decision) -> tuple[str, 
 
 
 def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes) -> list[Candidate]:
-    """Every (live class, variant) that can run ``workload``, with its class's backlog, and the
-    expected setup charged where the class has probably not run this shape and variant."""
+    """Every (live class, variant) that can run ``workload``, with its class's backlog, the
+    expected setup charged where the class has probably not run this shape and variant, and,
+    for a class behind a link, the expected transfer of the workload's bytes and its price."""
     out = []
     kind = workload.op.kind
+    nbytes: int | None = None
     for c in candidates_for(workload, snapshot.classes, snapshot.backlog_ms,
                             snapshot.device_wait_ms):
+        view = snapshot.classes[c.device_class]
+        stored_transfer = snapshot.transfer.get(c.device_class)
+        extra: dict[str, Any] = {"price_per_hour": view.price_per_hour}
+        if view.link is not None or stored_transfer:
+            if nbytes is None:
+                nbytes = sum(transfer_bytes(workload.op, workload.inputs))
+            extra["transfer_ms"] = predict_transfer_ms(view.link, stored_transfer, nbytes)
         if warm.is_warm(c.device_class, warm_key(workload, c)):
-            out.append(c)
+            out.append(replace(c, **extra))
             continue
         stored = snapshot.setup.get(c.device_class)
         mode = c.variant.mode
         out.append(replace(c, setup_ms=expected_setup_ms(stored, kind, mode),
-                           cold=not setup_known(stored, kind, mode)))
+                           cold=not setup_known(stored, kind, mode), **extra))
     return out
 
 
@@ -76,11 +88,12 @@ def choose(policy: Policy, workload: Workload, candidates: list[Candidate],
 def charge(snapshot: Snapshot, warm: WarmRoutes, workload: Workload, decision: Decision,
            dispatch_overhead_ms: float) -> None:
     """Add the routed work to its class's backlog in this batch's snapshot (execution, setup of
-    a cold shape, the executor's dispatch overhead) and mark the shape warm there."""
+    a cold shape, the transfer over its link — the executor waits it out —, the executor's
+    dispatch overhead) and mark the shape warm there."""
     warm.mark(decision.device_class, warm_key(workload, decision))
     snapshot.backlog_ms[decision.device_class] = (
         snapshot.backlog_ms.get(decision.device_class, 0.0) + float(decision.predicted_ms)
-        + decision.setup_ms + dispatch_overhead_ms)
+        + decision.setup_ms + decision.transfer_ms + dispatch_overhead_ms)
 
 
 def route_fields(workload: Workload, decision: Decision, policy_name: str, attempt: int,
@@ -101,18 +114,25 @@ def route_fields(workload: Workload, decision: Decision, policy_name: str, attem
         "expected_wait_ms": float(decision.expected_wait_ms),
         "meets_deadline": bool(decision.meets_deadline),
         "attempt": attempt,
+        "objective": {k: float(v) for k, v in workload.objective.items()},
+        "predicted_transfer_ms": float(decision.transfer_ms),
+        "predicted_cost": float(decision.cost),
+        "energy_estimated": bool(decision.energy_estimated),
+        "compared": [dict(entry) for entry in decision.compared],
     }
 
 
 def inflight_entry(route: Mapping[str, Any], setup_ms: float, partition: int,
                    offset: int | None) -> dict[str, Any]:
     """The in-flight entry of a routed workload: where it went, what its class's backlog was
-    charged (the execution plus the setup of a cold shape), and where its record is (so that
-    a redelivery of that very record is told from a duplicate submission)."""
+    charged (the execution plus the setup of a cold shape and the transfer over its link),
+    and where its record is (so that a redelivery of that very record is told from a
+    duplicate submission)."""
     return {
         "device_class": route["device_class"], "variant": route["variant"],
         "predicted_ms": route["predicted_ms"],
-        "charged_ms": route["predicted_ms"] + setup_ms,
+        "charged_ms": route["predicted_ms"] + setup_ms
+        + float(route.get("predicted_transfer_ms") or 0.0),
         "decided_at_ms": route["decided_at_ms"],
         "attempt": route["attempt"], "partition": partition, "offset": offset,
         "workload": route["workload"],
@@ -122,6 +142,7 @@ def inflight_entry(route: Mapping[str, Any], setup_ms: float, partition: int,
 def decision_view(route: Mapping[str, Any]) -> dict[str, Any]:
     """A decision as the recent-decisions ring keeps it (measured time joined when read)."""
     keys = ("device_class", "variant", "predicted_ms", "predicted_std_ms", "reason", "policy",
-            "decided_at_ms", "attempt", "meets_deadline")
-    return {"id": route["id"], **{k: route[k] for k in keys}, "measured_ms": None,
+            "decided_at_ms", "attempt", "meets_deadline", "predicted_transfer_ms",
+            "predicted_cost", "predicted_energy_j")
+    return {"id": route["id"], **{k: route.get(k) for k in keys}, "measured_ms": None,
             "status": None}

@@ -31,6 +31,7 @@ KNOWN_FIELDS = frozenset(
         "inputs",
         "return_output",
         "submitted_at_ms",
+        "max_cost",
     }
 )
 
@@ -58,6 +59,9 @@ class Workload:
     inputs: Mapping[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
     return_output: bool = False
     submitted_at_ms: float | None = None
+    # The most the request may cost (price per device-hour x predicted device time, in the
+    # price's unit); None: no ceiling.
+    max_cost: float | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -160,18 +164,22 @@ def _parse_precisions(op: OpSpec, value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+OBJECTIVES = ("latency", "energy", "cost")
+
+
 def parse_objective(value: object) -> dict[str, float]:
-    """``"latency"`` | ``"energy"`` | ``{"latency": w, "energy": w}`` -> weights summing to 1."""
-    if value == "latency":
-        return {"latency": 1.0, "energy": 0.0}
-    if value == "energy":
-        return {"latency": 0.0, "energy": 1.0}
-    if not isinstance(value, dict) or not value or not set(value) <= {"latency", "energy"}:
-        raise SpecError('objective must be "latency", "energy" or {"latency": w, "energy": w}')
-    weights = {k: 0.0 for k in ("latency", "energy")}
+    """``"latency"`` | ``"energy"`` | ``"cost"`` | ``{"latency": w, "energy": w, "cost": w}``
+    (any of the keys) -> weights summing to 1. ``latency`` and ``energy`` are always present
+    (0 when not asked for); ``cost`` only when asked for."""
+    if isinstance(value, str) and value in OBJECTIVES:
+        value = {value: 1}
+    if not isinstance(value, dict) or not value or not set(value) <= set(OBJECTIVES):
+        raise SpecError('objective must be "latency", "energy", "cost" or weights '
+                        '{"latency": w, "energy": w, "cost": w}; got ' f"{value!r:.60}")
+    weights = {"latency": 0.0, "energy": 0.0}
     for k, w in value.items():
         weights[k] = _number(f"objective.{k}", w, allow_zero=True)
-    total = weights["latency"] + weights["energy"]
+    total = sum(weights.values())
     if total <= 0:
         raise SpecError("objective weights must not all be zero")
     return {k: w / total for k, w in weights.items()}
@@ -237,6 +245,8 @@ def parse_workload(obj: object, limits: WorkloadLimits | None = None) -> Workloa
     submitted_at_ms = (
         None if submitted is None else _number("submitted_at_ms", submitted, allow_zero=True)
     )
+    max_cost = obj.get("max_cost")
+    max_cost = None if max_cost is None else _number("max_cost", max_cost, allow_zero=True)
     return Workload(
         id=workload_id,
         op=op,
@@ -247,5 +257,6 @@ def parse_workload(obj: object, limits: WorkloadLimits | None = None) -> Workloa
         inputs=inputs,
         return_output=return_output,
         submitted_at_ms=submitted_at_ms,
+        max_cost=max_cost,
         raw=obj,
     )

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from models.devices import DeviceSpec
 from models.ops import MODES, OP_KINDS, PRECISIONS, OpSpec, Variant, supports_precision
 from runtimes.energy import EnergyMeter, NullMeter
 
@@ -53,6 +54,8 @@ class Execution:
     # (``exec_ms`` is then this workload's share of it). 1 and None for a call of its own.
     batch_size: int = 1
     batch_exec_ms: float | None = None
+    # ``energy_j`` is modelled from published power (the simulator), not read from a counter.
+    energy_simulated: bool = False
 
 
 def machine_arch() -> str:
@@ -113,6 +116,10 @@ class Runtime(ABC):
     def __init__(self) -> None:
         self._warm: OrderedDict[tuple[str, Variant], Any] = OrderedDict()
         self.meter: EnergyMeter = NullMeter()
+        # A catalog device whose published idle and peak power model the energy of an
+        # execution no counter measured (runtimes/work.py): the simulator's own device, or
+        # what an executor is given with --power-model; None: unmeasured energy stays null.
+        self.power_model: DeviceSpec | None = None
 
     @abstractmethod
     def refusal(self, kind: str, precision: str, mode: str) -> str | None:

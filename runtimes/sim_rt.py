@@ -1,8 +1,9 @@
 """Simulated devices: wait for the catalog's roofline time, with noise and optional drift.
 
 A sim device is always ``simulated=True`` and its class is ``sim-<catalog name>`` (e.g.
-``sim-h100``). It returns no output and ``energy_j=None``: the catalog's energy model is an
-estimate, not a measurement. ``exec_ms`` is the wall time the simulated op occupied the
+``sim-h100``). It returns no output; its energy is modelled from the catalog device's published
+idle and peak power over the simulated time (``models.devices.modelled_energy_j``; the record
+says ``energy_simulated``), never measured. ``exec_ms`` is the wall time the simulated op occupied the
 executor (the target is ``roofline x lognormal noise x drift``; sleeping gets within ~0.1 ms).
 
 Drift schedules are ``"t0:f0,t1:f1,..."``: from ``t_i`` seconds after the runtime starts,
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from models.devices import DEVICE_CATALOG, roofline_seconds
+from models.devices import DEVICE_CATALOG, modelled_energy_j, roofline_seconds
 from models.ops import OpSpec, SpecError, Variant
 from runtimes.base import Execution, Runtime, VariantRefused, contract_refusal
 
@@ -81,6 +82,7 @@ class SimRuntime(Runtime):
         if name not in DEVICE_CATALOG:
             raise RuntimeError(f"no simulated device {device!r}; catalog: {sorted(DEVICE_CATALOG)}")
         self.spec = DEVICE_CATALOG[name]
+        self.power_model = self.spec  # energy modelled from its published power
         self.device = name
         self.device_class = f"sim-{name}"
         self.drift = parse_drift(drift)
@@ -119,8 +121,11 @@ class SimRuntime(Runtime):
         key = (spec.signature(), variant)
         warmup = key not in self._warm
         self._warm[key] = True
+        # The energy of the simulated time itself: the wall time around the sleep also holds
+        # this machine's scheduling jitter, which a 700 W device would turn into joules.
         return Execution(
-            output=None, exec_ms=elapsed_ms, compile_ms=None, energy_j=None, warmup=warmup
+            output=None, exec_ms=elapsed_ms, compile_ms=None, warmup=warmup,
+            energy_j=modelled_energy_j(self.spec, target * 1e3), energy_simulated=True,
         )
 
     # The sim overrides execute(); the timing-loop hooks are never called.

@@ -10,6 +10,13 @@ spec, shapes and dtype included, same variant, on a runtime that batches them), 
 groups a fetched list of routes by it, and :func:`perform_batch` runs a group as one
 ``Runtime.execute_batch`` call with one outcome and metric per workload, or, if the batched
 call fails, one by one with :func:`perform` (one workload's fault never fails the others).
+
+Behind a declared link (``link``, models/transfer.py) :func:`perform` really waits the link's
+time for the workload's bytes — half the round trip and the inputs before the execution, half
+and the output after — and reports the measured wait as ``transfer_ms`` (``link_simulated``:
+the wait stands for a network it does not use). Energy no counter measured is modelled from
+the runtime's ``power_model`` (the simulator's device, or ``--power-model``) and flagged
+``energy_simulated``.
 """
 
 from __future__ import annotations
@@ -24,10 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from models.devices import modelled_energy_j
 from models.ops import SpecError, Variant, make_inputs
 from models.tensors import checksum, encode_tensor
+from models.transfer import Link, transfer_bytes
 from models.workload import Workload, WorkloadLimits, parse_workload
 from runtimes.base import Execution, Runtime, VariantRefused
+from runtimes.sim_rt import sleep_precisely
 
 logger = logging.getLogger(__name__)
 MAX_SLOWDOWN = 1000.0
@@ -106,6 +116,14 @@ def _run(
     return execution, exec_ms, slowdown > 1.0
 
 
+def link_wait(link: Link, rtt_share_ms: float, nbytes: float,
+              wait: Callable[[float], None] = sleep_precisely) -> float:
+    """Wait ``rtt_share_ms`` plus ``nbytes`` at the link's bandwidth; the measured ms."""
+    start = time.perf_counter_ns()
+    wait((rtt_share_ms + nbytes / link.bytes_per_ms) / 1e3)
+    return (time.perf_counter_ns() - start) / 1e6
+
+
 def perform(
     route: dict[str, Any],
     runtime: Runtime,
@@ -114,8 +132,11 @@ def perform(
     limits: WorkloadLimits,
     slowdown: float = 1.0,
     clock_ms: Callable[[], int] = now_ms,
+    link: Link | None = None,
+    wait: Callable[[float], None] = sleep_precisely,
 ) -> WorkResult:
-    """Run the route's workload in the route's variant; never raises for a workload's fault."""
+    """Run the route's workload in the route's variant (behind ``link``: with the transfer of
+    its bytes); never raises for a workload's fault."""
     workload_id = route_id(route)
     started_at_ms = clock_ms()
     decided = _number(route.get("decided_at_ms"))
@@ -130,13 +151,19 @@ def perform(
     exec_ms, throttled = 0.0, False
     output_wire: dict[str, Any] | None = None
     digest: str | None = None
+    moved: tuple[float, int] | None = None  # (measured transfer ms, bytes) behind a link
     try:
         variant = Variant.from_dict(route.get("variant"))
         raw_variant = variant.to_dict()
         workload = parse_workload(route.get("workload"), limits)
         op_dict = workload.op.to_dict()
         flops, bytes_moved = workload.op.flops(), workload.op.bytes_moved(variant.precision)
+        if link is not None:
+            up, down = transfer_bytes(workload.op, workload.inputs)
+            moved = (link_wait(link, link.rtt_ms / 2, up, wait), up + down)
         execution, exec_ms, throttled = _run(runtime, workload, variant, slowdown)
+        if link is not None and moved is not None:
+            moved = (moved[0] + link_wait(link, link.rtt_ms / 2, down, wait), moved[1])
         if execution.output is not None:
             digest = checksum(execution.output)
             if workload.return_output and execution.output.size <= limits.max_inline_elements:
@@ -153,7 +180,7 @@ def perform(
                     error=error, variant=raw_variant, op=op_dict, flops=flops,
                     bytes_moved=bytes_moved, execution=execution, exec_ms=exec_ms,
                     throttled=throttled, digest=digest, output_wire=output_wire,
-                    batch_exec_ms=None)
+                    batch_exec_ms=None, moved=moved)
 
 
 def _records(
@@ -177,6 +204,7 @@ def _records(
     digest: str | None,
     output_wire: dict[str, Any] | None,
     batch_exec_ms: float | None,
+    moved: tuple[float, int] | None = None,
 ) -> WorkResult:
     """The outcome and metric of one workload. A batched workload's metric says its share of
     the call (``exec_ms``), the call's time (``batch_exec_ms``) and ``batch_size``; its
@@ -186,17 +214,23 @@ def _records(
     submitted = _number(raw_workload.get("submitted_at_ms"))
     attempt = route.get("attempt") if type(route.get("attempt")) is int else 1
     batch_size = execution.batch_size if execution else 1
+    energy_j = execution.energy_j if execution else None
+    energy_simulated = bool(execution and execution.energy_simulated)
+    if execution is not None and energy_j is None and runtime.power_model is not None:
+        energy_j, energy_simulated = modelled_energy_j(runtime.power_model, exec_ms), True
     common = {
         "device_id": device_id,
         "device_class": runtime.device_class,
         "variant": variant,
         "queue_ms": queue_ms,
         "compile_ms": execution.compile_ms if execution else None,
-        "energy_j": execution.energy_j if execution else None,
+        "energy_j": energy_j,
+        "energy_simulated": energy_simulated,
         "error": error,
         "attempt": attempt,
         "simulated": runtime.simulated,
         "batch_size": batch_size,
+        "transfer_ms": moved[0] if moved else None,
     }
     outcome = {
         "id": workload_id,
@@ -223,6 +257,8 @@ def _records(
         "setup_ms": execution.setup_ms if execution else None,
         "throttled": throttled,
         "batch_exec_ms": batch_exec_ms,
+        "transfer_bytes": moved[1] if moved else None,
+        "link_simulated": moved is not None,
         **common,
     }
     return WorkResult(outcome=outcome, metric=metric)

@@ -138,9 +138,14 @@ function renderDevices(devices) {
     cell(tr, d.health, "health " + d.health);
     cell(tr, fmt(d.queue_depth, 6));
     cell(tr, fmt(d.in_hand, 6));
-    cell(tr, d.power_w === null || d.power_w === undefined ? "not measured" : fmt(d.power_w));
+    const modelled = d.power_model ? "modelled (" + d.power_model + ")" : "not measured";
+    cell(tr, d.power_w === null || d.power_w === undefined ? modelled : fmt(d.power_w));
     const threads = d.threads === null || d.threads === undefined ? "–" : String(d.threads);
     cell(tr, Array.isArray(d.cpus) ? `${threads} on cpu ${d.cpus.join(",")}` : threads);
+    // A remote class: the link it declares (simulated: its executor waits the link's time).
+    cell(tr, d.link ? fmt(d.link.rtt_ms) + " ms · " + fmt(d.link.bandwidth_mbit_s) + " Mbit/s"
+      + (d.simulated ? " (simulated)" : " (waited)") : "local");
+    cell(tr, d.price_per_hour === null || d.price_per_hour === undefined ? "–" : fmt(d.price_per_hour));
     cell(tr, d.seen_ms_ago === null ? "never" : fmt(d.seen_ms_ago / 1000, 3) + " s ago");
   });
 }
@@ -185,6 +190,7 @@ function renderWindows(windows) {
   fillTable("windows", rows, (tr, w) => {
     cell(tr, w.device_class); cell(tr, w.op_kind); cell(tr, fmt(w.count, 9));
     cell(tr, fmt(w.errors, 9)); cell(tr, fmt(w.p50_ms)); cell(tr, fmt(w.p95_ms)); cell(tr, fmt(w.p99_ms));
+    cell(tr, w.energy_j_mean === null || w.energy_j_mean === undefined ? "not measured" : fmt(w.energy_j_mean));
   });
 }
 
@@ -200,6 +206,9 @@ function renderModels(models, dash) {
     cell(tr, unc.learned_fraction === undefined ? "–" : pct(100 * unc.learned_fraction));
     cell(tr, fmt(unc.noise_std_log)); cell(tr, fmt(unc.drift_events, 9));
     cell(tr, shift ? shift.feature + " " + fmt(shift.prior_mean) + " → " + fmt(shift.mean) : "–");
+    cell(tr, fmt(m.energy_samples || 0, 9));
+    const t = m.transfer;
+    cell(tr, t ? fmt(t.a_ms) + " ms + " + fmt(t.b_ms_per_mb) + " ms/MB (" + fmt(t.rows, 9) + ")" : "–");
   });
 }
 
@@ -207,7 +216,10 @@ function renderDecisions(decisions) {
   fillTable("decisions", decisions.slice(0, 15), (tr, d) => {
     cell(tr, d.id); cell(tr, d.device_class);
     cell(tr, d.variant ? d.variant.precision + " · " + d.variant.mode : "–");
-    cell(tr, d.reason); cell(tr, fmt(d.predicted_ms)); cell(tr, fmt(d.measured_ms));
+    cell(tr, d.reason); cell(tr, fmt(d.predicted_ms));
+    cell(tr, d.predicted_transfer_ms ? fmt(d.predicted_transfer_ms) : "–");
+    cell(tr, d.predicted_cost ? d.predicted_cost.toPrecision(2) : "–");
+    cell(tr, fmt(d.measured_ms));
     cell(tr, d.status || "in flight");
   });
 }

@@ -117,7 +117,11 @@ BASE_WORKLOAD = {"id": "w1", "op": {"kind": "softmax", "rows": 4, "dim": 8}}
     ({"precisions": []}, "no precision"),
     ({"precisions": ["fp64"]}, "unknown precision"),
     ({"objective": "speed"}, "unknown objective"),
+    ({"objective": {"latency": 1, "price": 1}}, "unknown objective weight"),
+    ({"objective": {"cost": -1}}, "negative cost weight"),
     ({"deadline_ms": 0}, "zero deadline"),
+    ({"deadline_ms": "soon"}, "malformed deadline"),
+    ({"max_cost": -1}, "negative cost ceiling"),
     ({"pickle": "gASV"}, "unknown field"),
     ({"inputs": {"x": {"dtype": "int64", "shape": [4, 8], "data_b64": ""}}}, "bad dtype"),
 ])
@@ -278,3 +282,50 @@ def test_a_metric_batch_is_parsed_row_by_row_and_a_bad_row_is_refused_alone() ->
             parse_metrics(json.dumps(refused).encode())
     with pytest.raises(ValueError, match="holds 3"):
         parse_metric(json.dumps({"version": 2, "metrics": [_metric()] * 3}).encode())
+
+
+def test_offload_fields_validate_and_bad_ones_are_refused() -> None:
+    """Requests with a cost objective and ceiling, routes that say why their class won,
+    metrics with a measured transfer and modelled energy, heartbeats with a link and a price
+    (issue 14); and what the schemas and the stages refuse."""
+    from agents.registry import parse_heartbeat
+    from models.decision import Candidate
+    from models.ops import Variant
+    from models.policy import make_policy
+    from models.routing import route_fields
+    from models.workload import parse_workload
+
+    for objective in ("cost", {"latency": 1, "cost": 2}, {"energy": 1, "cost": 1}):
+        assert valid("workloads", {**BASE_WORKLOAD, "objective": objective, "max_cost": 0.5,
+                                   "deadline_ms": 25})
+    raw = {**BASE_WORKLOAD, "objective": {"latency": 1, "cost": 1}, "max_cost": 1.0}
+    workload = parse_workload(raw)
+    offered = [Candidate("torch-cpu-x86", Variant("fp32")),
+               Candidate("sim-h100", Variant("fp32"), transfer_ms=12.0, price_per_hour=4.0)]
+    decision = make_policy("switchyard").decide(workload, offered, {}, None,
+                                                np.random.default_rng(0))
+    route = json.loads(RouteRecord(**route_fields(workload, decision, "switchyard", 1,
+                                                  1_800_000_000_000)).dumps())
+    assert valid("routes", route), route
+    assert {c["device_class"] for c in route["compared"]} == {"torch-cpu-x86", "sim-h100"}
+    assert not valid("routes", {**route, "predicted_transfer_ms": -1})
+    metric = _metric(transfer_ms=41.5, transfer_bytes=12_000_000, link_simulated=True,
+                     energy_j=0.3, energy_simulated=True, simulated=True)
+    assert valid("metrics", metric)
+    assert not valid("metrics", _metric(transfer_bytes=-1))
+    assert valid("results", result_record(transfer_ms=41.5, energy_simulated=True))
+    beat = {"device_id": "sim-h100-0", "device_class": "sim-h100", "runtime": "sim",
+            "device": "h100", "capabilities": [["matmul", "fp32", "eager"]], "queue_depth": 0,
+            "sent_at_ms": 1, "started_at_ms": 1, "link": {"rtt_ms": 20, "bandwidth_mbit_s": 100},
+            "price_per_hour": 4.0, "power_model": "h100"}
+    assert valid("heartbeats", beat)
+    assert parse_heartbeat(json.dumps(beat).encode()).link == {"rtt_ms": 20,
+                                                               "bandwidth_mbit_s": 100}
+    for change, reason in (({"link": {"rtt_ms": 20, "bandwidth_mbit_s": -5}}, "bandwidth"),
+                           ({"link": {"rtt_ms": 20, "bandwidth_mbit_s": 0}}, "bandwidth"),
+                           ({"link": {"rtt_ms": -1, "bandwidth_mbit_s": 5}}, "rtt_ms"),
+                           ({"link": {"rtt_ms": 1}}, "link must be"),
+                           ({"price_per_hour": -2}, "price_per_hour")):
+        assert not valid("heartbeats", {**beat, **change}), change
+        with pytest.raises(ValueError, match=reason):
+            parse_heartbeat(json.dumps({**beat, **change}).encode())

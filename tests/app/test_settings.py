@@ -99,3 +99,27 @@ def test_security_settings_a_protocol_does_not_use_are_not_checked(monkeypatch):
     monkeypatch.setenv("SWITCHYARD_SASL_PASSWORD", "unused")
     monkeypatch.setenv("SWITCHYARD_SSL_KEYFILE", "/etc/unused.key")
     assert Settings().kafka_client_kwargs() == {"security_protocol": "PLAINTEXT"}
+
+
+def test_an_executors_link_price_and_power_model_are_checked() -> None:
+    from app.executor import remote_options
+    from app.settings import Settings
+    from models.transfer import Link
+
+    settings = Settings()
+    assert remote_options(settings, None, None, None, None) == (None, None, None)
+    link, price, model = remote_options(settings, 20.0, 100.0, 4.0, "cpu-core")
+    assert link == Link(20.0, 100.0) and price == 4.0 and model is not None
+    for args, reason in (((20.0, -1.0, None, None), "bandwidth_mbit_s must be"),
+                         ((20.0, None, None, None), "needs both"),
+                         ((None, None, -1.0, None), "price_per_hour"),
+                         ((None, None, None, "pdp-11"), "no catalog device")):
+        with pytest.raises(ValueError, match=reason):
+            remote_options(settings, *args)
+    with pytest.raises(ValueError, match="needs both"):
+        Settings(executor_link_rtt_ms=5.0)
+    with pytest.raises(ValueError):
+        Settings(executor_link_rtt_ms=5.0, executor_link_bandwidth_mbit_s=-3.0)
+    env = Settings(executor_link_rtt_ms=5.0, executor_link_bandwidth_mbit_s=50.0,
+                   executor_price_per_hour=2.5)
+    assert remote_options(env, None, None, None, None)[:2] == (Link(5.0, 50.0), 2.5)

@@ -78,6 +78,18 @@ def test_model_summary_shows_the_learned_setup_of_new_shapes() -> None:
               "setup": update_setup(None, [("matmul", "compiled", 140.0)])}
     summary = webviews.model_summary("jax-cpu-x86", json.loads(json.dumps(stored)))
     assert summary["setup_ms"] == {"compiled": 140.0, "matmul/compiled": 140.0}
+    assert summary["transfer"] is None  # a local class: nothing measured over a link
+
+
+def test_model_summary_shows_the_measured_transfer_line() -> None:
+    from models.transfer import update_transfer
+
+    rows = [(mb * 1e6, 20.0 + 8.0 * mb) for mb in (1, 2, 4, 8) * 5]
+    stored = {**CostModel.for_class("sim-h100").to_dict(), "transfer": update_transfer(None, rows)}
+    summary = webviews.model_summary("sim-h100", json.loads(json.dumps(stored)))
+    assert summary["transfer"]["rows"] == 20 and summary["transfer"]["last_ms"] == 84.0
+    assert summary["transfer"]["a_ms"] == pytest.approx(20.0, abs=0.5)
+    assert summary["transfer"]["b_ms_per_mb"] == pytest.approx(8.0, rel=0.02)
 
 
 def test_model_summary_after_learning() -> None:

@@ -81,7 +81,13 @@ def test_full_workload() -> None:
         ({"objective": "speed"}, "objective must be"),
         ({"objective": {"latency": 0, "energy": 0}}, "all be zero"),
         ({"objective": {"latency": -1}}, ">= 0"),
-        ({"objective": {"cost": 1}}, "objective must be"),
+        ({"objective": {"speed": 1}}, "objective must be"),
+        ({"objective": "cheapest"}, "objective must be"),
+        ({"objective": {"cost": -1}}, ">= 0"),
+        ({"max_cost": -0.5}, "max_cost must be >= 0"),
+        ({"max_cost": "1"}, "finite number"),
+        ({"deadline_ms": [5]}, "finite number"),
+        ({"deadline_ms": float("inf")}, "finite number"),
         ({"seed": -1}, "seed must be"),
         ({"seed": 2**63}, "seed must be"),
         ({"seed": 1.5}, "seed must be"),
@@ -129,6 +135,15 @@ def test_op_size_limit_comes_from_the_limits() -> None:
 def test_objective_shorthands() -> None:
     assert parse_objective("energy") == {"latency": 0.0, "energy": 1.0}
     assert parse_objective({"energy": 2}) == {"latency": 0.0, "energy": 1.0}
+    assert parse_objective("cost") == {"latency": 0.0, "energy": 0.0, "cost": 1.0}
+    assert parse_objective({"latency": 1, "cost": 3}) == {"latency": 0.25, "energy": 0.0,
+                                                          "cost": 0.75}
+
+
+def test_max_cost_is_parsed_and_zero_allowed() -> None:
+    assert parse_workload({"id": "w", "op": OP, "max_cost": 0.25}).max_cost == 0.25
+    assert parse_workload({"id": "w", "op": OP, "max_cost": 0}).max_cost == 0.0
+    assert parse_workload({"id": "w", "op": OP}).max_cost is None
 
 
 def test_decode_json_bounded() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.devices import DEVICE_CATALOG, roofline_seconds
+from models.devices import DEVICE_CATALOG, modelled_energy_j, roofline_seconds
 from models.ops import SpecError, Variant, parse_op
 from runtimes import VariantRefused, get_runtime
 from runtimes.sim_rt import SimRuntime, drift_factor, parse_drift
@@ -42,7 +42,10 @@ def test_without_noise_the_sim_waits_exactly_the_roofline(device: str) -> None:
         assert fake.slept[-1] == pytest.approx(
             roofline_seconds(DEVICE_CATALOG[device], op, Variant("fp32"))
         )
-        assert result.output is None and result.energy_j is None and result.compile_ms is None
+        assert result.output is None and result.compile_ms is None
+        # Energy: the published power over the simulated time (not the wall time around it).
+        assert result.energy_simulated and result.energy_j == pytest.approx(
+            modelled_energy_j(DEVICE_CATALOG[device], fake.slept[-1] * 1e3))
     assert rt.simulated and rt.device_class == f"sim-{device}"
 
 

@@ -16,7 +16,7 @@ from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import ResultRecord, wire_fields
-from app.streaming import check_fields, dead_letter, decode_object, event_context
+from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import completed, inflight, input_offsets
 from models.backlog import charge_of
 
@@ -100,4 +100,4 @@ def service_ms(outcome: ResultRecord) -> float:
 def close_inflight(outcome: ResultRecord, entry: dict[str, Any]) -> None:
     """Forget a finished workload: its in-flight entry and its share of the backlog."""
     del inflight[outcome.id]
-    state.backlog.remove_entry(entry)
+    state.backlog.remove_entry(entry, now_ms())  # seen finished now (models/dispatch.py)

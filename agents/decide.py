@@ -174,7 +174,9 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     to stay within its ``max_cost``."""
     # The wait at each class's least-loaded device, from the backlog as charged so far (each
     # route of this batch included): where the route would go (models/dispatch.py).
-    snapshot.device_wait_ms = {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms)
+    now = now_ms()
+    snapshot.device_wait_ms = {c: device_wait_ms(state.backlog, view,
+                                                 settings.dispatch_overhead_ms, now)
                                for c, view in snapshot.classes.items()}
     candidates = offers(workload, snapshot, warm_routes)
     if not candidates:

@@ -180,6 +180,7 @@ class FleetSim:
             for c, n in counts.items()}
         self.lane_of = np.zeros(0, dtype=int)
         self.events: list[tuple[float, int, int]] = []  # (end ms, seq, workload index)
+        self.now = 0.0  # the simulated clock (ms), at the arrival being decided
         self.seq = 0
 
     def calibrate(self, parsed: list[Workload], runs: int) -> None:
@@ -211,7 +212,7 @@ class FleetSim:
         self.parsed = parsed
         decide_s = 0.0
         for i in range(n):
-            now = float(arrivals[i])
+            now = self.now = float(arrivals[i])
             self._complete_until(now)
             began = time.perf_counter()
             self._decide(i)
@@ -226,7 +227,7 @@ class FleetSim:
         snapshot = Snapshot(self.p["classes"], {c: self.backlog.ms(c) for c in self.lanes},
                             learned, {})
         if self.within == "least":  # the worker's: the wait at the device the route goes to
-            snapshot.device_wait_ms = {c: device_wait_ms(self.backlog, view)
+            snapshot.device_wait_ms = {c: device_wait_ms(self.backlog, view, 0.0, self.now)
                                        for c, view in self.p["classes"].items()}
         candidates = offers(workload, snapshot, self.warm)
         history = self.history if self.policy.name == "dmda" else None
@@ -247,7 +248,8 @@ class FleetSim:
     def _entry(self, i: int) -> dict[str, Any]:
         """Workload ``i``'s in-flight entry, as far as the backlog reads one."""
         return {"device_class": self.decision[i].device_class, "charged_ms": self.charged[i],
-                "route_partition": int(self.lane_of[i])}
+                "route_partition": int(self.lane_of[i]),
+                "decided_at_ms": float(self.p["arrivals_ms"][i])}
 
     def _dispatch(self, device_class: str, lane: int, now: float) -> None:
         queue, free = self.lanes[device_class][lane]
@@ -268,7 +270,7 @@ class FleetSim:
             decision = self.decision[i]
             device_class = decision.device_class
             exec_ms = end - self.start[i]
-            self.backlog.remove_entry(self._entry(i))
+            self.backlog.remove_entry(self._entry(i), end)
             self.backlog.observe(device_class, self.charged[i], exec_ms)
             op, variant = self.parsed[i].op, decision.variant
             model = self.models.get(device_class)

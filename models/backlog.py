@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # How fast a class's pace follows its completions (weight of the newest), and how far it may
@@ -38,6 +38,20 @@ class Held:
 
     ms: float = 0.0
     count: int = 0
+    # When the held workloads were routed (decided_at_ms -> how many): the oldest one bounds
+    # how long the device has been working through them (``models.dispatch.device_wait_ms``).
+    routed_at: dict[float, int] = field(default_factory=dict)
+    # When a held workload was last seen to finish (None: not since the last rebuild).
+    released_ms: float | None = None
+
+    def working_since_ms(self) -> float | None:
+        """Since when the device has been working through what it holds, at the latest: the
+        later of the oldest held workload's routing and the last completion seen (before
+        that it was busy with work since released). None: nothing held, or not known."""
+        if not self.routed_at:
+            return None
+        oldest = min(self.routed_at)
+        return oldest if self.released_ms is None else max(oldest, self.released_ms)
 
     def as_dict(self) -> dict[str, float]:
         return {"ms": self.ms, "count": self.count}
@@ -69,11 +83,13 @@ class Backlog:
         """Charge the work of one in-flight entry."""
         self._add_entry(entry, 1)
 
-    def remove_entry(self, entry: Mapping[str, Any]) -> None:
-        """Release the work of one in-flight entry (it finished, or was routed elsewhere)."""
-        self._add_entry(entry, -1)
+    def remove_entry(self, entry: Mapping[str, Any], now_ms: float | None = None) -> None:
+        """Release the work of one in-flight entry (it finished — seen at ``now_ms`` —, or was
+        routed elsewhere)."""
+        self._add_entry(entry, -1, now_ms)
 
-    def _add_entry(self, entry: Mapping[str, Any], sign: int) -> None:
+    def _add_entry(self, entry: Mapping[str, Any], sign: int,
+                   now_ms: float | None = None) -> None:
         device_class = str(entry["device_class"])
         self.add(device_class, sign * charge_of(entry), sign)
         lane = entry.get("route_partition")
@@ -81,6 +97,15 @@ class Backlog:
             held = self._lanes.setdefault((device_class, lane), Held())
             held.ms = max(0.0, held.ms + sign * charge_of(entry))
             held.count = max(0, held.count + sign)
+            at = entry.get("decided_at_ms")
+            if isinstance(at, int | float) and not isinstance(at, bool):
+                left = held.routed_at.get(float(at), 0) + sign
+                if left > 0:
+                    held.routed_at[float(at)] = left
+                else:
+                    held.routed_at.pop(float(at), None)
+            if sign < 0 and now_ms is not None:
+                held.released_ms = now_ms
 
     def lane(self, device_class: str, partition: int) -> Held:
         """This worker's work routed to one partition of a class's route topic."""

@@ -22,18 +22,19 @@ def _load(held: Held, per_workload_ms: float) -> float:
 
 
 def _least_loaded(backlog: Backlog, view: ClassView,
-                  per_workload_ms: float) -> tuple[float, int, int] | None:
-    """(routed ms, routed workloads, partition) of the class's least-loaded device: the one
-    whose routed ms plus its workloads' dispatch overhead is least (ties: the first device),
-    and its least-loaded partition."""
-    best: tuple[float, tuple[float, int, int]] | None = None
+                  per_workload_ms: float) -> tuple[float, int, int, float | None] | None:
+    """(routed ms, routed workloads, partition, when its oldest held workload was routed) of
+    the class's least-loaded device: the one whose routed ms plus its workloads' dispatch
+    overhead is least (ties: the first device), and its least-loaded partition."""
+    best: tuple[float, tuple[float, int, int, float | None]] | None = None
     for _, partitions in view.route_partitions:
         if not partitions:
             continue  # more executors than partitions: this one has none to be sent to
         held = {p: backlog.lane(view.device_class, p) for p in partitions}
         partition = min(partitions, key=lambda p: (_load(held[p], per_workload_ms), p))
+        oldest = [t for h in held.values() if (t := h.working_since_ms()) is not None]
         routed = (sum(h.ms for h in held.values()), sum(h.count for h in held.values()),
-                  partition)
+                  partition, min(oldest) if oldest else None)
         load = routed[0] + routed[1] * per_workload_ms
         if best is None or load < best[0]:
             best = (load, routed)
@@ -47,10 +48,15 @@ def route_partition(backlog: Backlog, view: ClassView, per_workload_ms: float = 
     return None if best is None else best[2]
 
 
-def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0.0) -> float | None:
+def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0.0,
+                   now_ms: float | None = None) -> float | None:
     """How long a route sent now would wait at the device `route_partition` picks: its routed
-    work scaled by the class's pace (measured ÷ predicted), its workloads' dispatch overhead,
-    and the other workers' work on the class spread over its devices; None where unknown.
+    work scaled by the class's pace (measured ÷ predicted), plus its workloads' dispatch
+    overhead less the time it has been working through them (since the later of the oldest
+    one's routing and the last completion seen on it: the worker sees a completion only a
+    Kafka hop later, and a sub-millisecond op finished 15 ms ago still charged 8 ms of
+    overhead made an idle fast device look busier than a slow idle one), plus the other
+    workers' work on the class spread over its devices; None where unknown.
 
     The class's backlog over its instances (``Candidate.expected_wait_ms``) is the wait at an
     average device; the route goes to the least-loaded one, and an earliest-finish policy that
@@ -59,9 +65,15 @@ def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0
     best = _least_loaded(backlog, view, per_workload_ms)
     if best is None:
         return None
-    routed_ms, routed_count, _ = best
+    routed_ms, routed_count, _, oldest = best
+    pace = backlog.pace(view.device_class)
+    overhead = routed_count * per_workload_ms
+    if now_ms is not None and oldest is not None:
+        # Only the dispatch overhead counts down: the predicted work stays in full, so a device
+        # slower than its model (pace) or than the clock says is never taken for idle.
+        overhead = max(0.0, overhead - max(0.0, now_ms - oldest))
+    own = routed_ms * pace + overhead
     others = backlog.others().get(view.device_class, {})
     instances = max(view.live_instances, 1)
-    ms = routed_ms + others.get("ms", 0.0) / instances
-    count = routed_count + others.get("count", 0.0) / instances
-    return ms * backlog.pace(view.device_class) + count * per_workload_ms
+    return own + (others.get("ms", 0.0) * pace
+                  + others.get("count", 0.0) * per_workload_ms) / instances

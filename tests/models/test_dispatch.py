@@ -100,3 +100,23 @@ def test_earliest_finish_policies_wait_at_the_device_queue_heuristics_at_the_ave
     unknown = Candidate("sim-h100", Variant("fp32"), live_instances=4, backlog_ms=40.0)
     assert known.expected_wait_ms == unknown.expected_wait_ms == 10.0
     assert known.start_wait_ms == 2.0 and unknown.start_wait_ms == 10.0
+
+
+def test_the_device_wait_counts_down_from_when_its_oldest_work_was_routed() -> None:
+    from models.dispatch import device_wait_ms
+
+    backlog = Backlog()
+    view = _view(("a", (0,)))
+    first = {**_entry(0, 10.0), "decided_at_ms": 1_000}
+    second = {**_entry(0, 10.0), "decided_at_ms": 1_004}
+    backlog.add_entry(first)
+    backlog.add_entry(second)
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0) == 36.0  # no clock: in full
+    # Working on them for 6 ms: the overhead counts down, the predicted work does not.
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_006) == 30.0
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_100) == 20.0
+    backlog.remove_entry(first, now_ms=1_012)  # seen finished at 1_012: second started then
+    assert backlog.lane("sim-h100", 0).working_since_ms() == 1_012
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_015) == 15.0
+    backlog.remove_entry(second)
+    assert backlog.lane("sim-h100", 0).working_since_ms() is None

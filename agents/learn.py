@@ -18,6 +18,7 @@ queue is the backlog's pace (agents/complete.py).
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
@@ -37,6 +38,7 @@ from models.setup import update_setup
 logger = logging.getLogger(__name__)
 REQUIRED, OPTIONAL = wire_fields(MetricRecord)
 FIELD_SET = frozenset(REQUIRED) | frozenset(OPTIONAL)
+STAGE_CPU = "switchyard_metric_stage_cpu_seconds_total"
 DEFAULTS = {name: value for name, value in wire_defaults(MetricRecord).items() if name in OPTIONAL}
 
 
@@ -139,22 +141,27 @@ async def parsed_batch(stage: str, batch: list[Any]) -> list[tuple[Any, MetricRo
     not a metric is dead-lettered whole, a refused row of a batch alone (its own bytes, so it
     can be replayed as a one-row metric once fixed)."""
     out: list[tuple[Any, MetricRow]] = []
+    read = 0
     for event in batch:
         try:
             good, bad = parse_metrics(event.value)
         except ValueError as exc:
             await dead_letter(stage, event, str(exc))
             continue
+        read += len(good) + len(bad)
         out.extend((event, metric) for metric in good)
         for _, row, reason in bad:
             await dead_letter(stage, event, reason,
                               raw=None if len(good) + len(bad) == 1 else orjson.dumps(row))
+    observability.inc("switchyard_metric_rows_total", read)
     return out
 
 
 async def learn_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
     """Fold a batch's successful executions into each class's model and history (called by
     the metric stage, agents/metrics.py, with the batch's well-formed metrics)."""
+    began = time.thread_time()
+    writing = 0.0
     rows: dict[str, list[Row]] = defaultdict(list)
     setups: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
     last_event: dict[str, Any] = {}
@@ -194,14 +201,18 @@ async def learn_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
         # The one-time setup of new shapes, learned beside the model (models/setup.py).
         model_dict["setup"] = update_setup((stored or {}).get("setup"),
                                            setups.get(device_class, ()))
+        wrote = time.thread_time()
         with event_context(last_event[device_class]):
             class_models[device_class] = model_dict
             class_history[device_class] = history_dict
             models[device_class] = model_dict  # the copy every decider reads
             history[device_class] = history_dict
+        writing += time.thread_time() - wrote
         observability.inc("switchyard_metrics_learned_total", len(class_rows),
                           device_class=device_class)
         error_pct = model.error_summary().get("median_ape")
         if isinstance(error_pct, int | float):
             observability.set_gauge("switchyard_model_error_ratio", float(error_pct) / 100.0,
                                     device_class=device_class)
+    observability.inc(STAGE_CPU, writing, step="tables")
+    observability.inc(STAGE_CPU, time.thread_time() - began - writing, step="learn")

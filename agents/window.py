@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from agents.learn import MetricRow
+from app import observability
 from app.main import settings
 from app.streaming import event_context
 from app.tables import hopping, tumbling
@@ -21,6 +22,7 @@ from models.sketch import WindowStats
 
 logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 10.0
+STAGE_CPU = "switchyard_metric_stage_cpu_seconds_total"
 
 
 def merge_stats(stored: dict[str, Any] | None, batch: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +72,8 @@ _last_sweep = [0.0]
 def window_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
     """Aggregate a batch's metrics per (class, op kind) and merge them into the current windows
     (called by the metric stage, agents/metrics.py); sweep expired windows now and then."""
+    began = time.thread_time()
+    writing = 0.0
     batch = [event for event, _ in parsed]
     grouped: dict[str, list[Any]] = defaultdict(list)
     for event, metric in parsed:
@@ -83,11 +87,15 @@ def window_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
             energies=[m.energy_j for _, m in members],
         )
         value = stats.to_dict()
+        wrote = time.thread_time()
         with event_context(members[-1][0]):
             tumbling[key].apply(merge_stats, value)
             hopping[key].apply(merge_stats, value)
+        writing += time.thread_time() - wrote
     if batch and time.monotonic() - _last_sweep[0] > SWEEP_EVERY_S:
         _last_sweep[0] = time.monotonic()
         removed = sweep_expired(batch[-1])
         if removed:
             logger.info("swept %d expired windows", removed)
+    observability.inc(STAGE_CPU, writing, step="tables")
+    observability.inc(STAGE_CPU, time.thread_time() - began - writing, step="window")

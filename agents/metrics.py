@@ -28,6 +28,6 @@ async def metrics(stream: Any) -> None:
         began = time.thread_time()
         parsed = await parsed_batch("learn", batch)
         observability.inc(STAGE_CPU, time.thread_time() - began, step="parse")
-        if parsed:
+        if parsed.rows:
             window_batch(parsed)
             await learn_batch(parsed)

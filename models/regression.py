@@ -36,6 +36,9 @@ from typing import Any
 
 import numpy as np
 
+# scipy comes with scikit-learn (a dependency): NumPy has no triangular solve.
+from scipy.linalg import cho_factor, cho_solve, solve_triangular
+
 __all__ = ["BayesLinReg", "ErrorTracker"]
 
 # Floor on the noise variance (log-space): 1e-6 is a 0.1% timing jitter, below any real clock.
@@ -178,6 +181,24 @@ class BayesLinReg:
         spread = np.einsum("ij,ij->i", X @ cov, X)
         return X @ mean, noise * np.maximum(spread, 0.0), noise
 
+    def _chunk_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """`moments_many` for the rows of a chunk being learned. The posterior changes after
+        every chunk, so rather than invert the precision (as `_refresh` does for the
+        predictions that follow) this solves with its Cholesky factor: mean = P^-1 eta and
+        spread x' P^-1 x = |L^-1 x|^2, a third of the inverse's cost at 73 features, the same
+        figures to rounding. A precision that is not positive definite in floating point
+        falls back to the inverse."""
+        if self._cov is not None:
+            return self.moments_many(X)
+        try:
+            factor = cho_factor(self.precision, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            return self.moments_many(X)
+        mean = cho_solve(factor, self.eta, check_finite=False)
+        half = solve_triangular(factor[0], X.T, lower=True, check_finite=False)
+        noise = self.noise_var
+        return X @ mean, noise * np.einsum("ij,ij->j", half, half), noise
+
     # -- learning --------------------------------------------------------------------------
     def update(
         self, X: np.ndarray, y: np.ndarray, index: np.ndarray | None = None
@@ -216,11 +237,11 @@ class BayesLinReg:
             end = min(n, start + chunk)
             if index is None:
                 Xs, inv = X[start:end], None
-                mu, param_var, noise = self.moments_many(Xs)
+                mu, param_var, noise = self._chunk_moments(Xs)
             else:
                 uniq, inv = np.unique(index[start:end], return_inverse=True)
                 Xs = X[uniq]
-                mu_s, var_s, noise = self.moments_many(Xs)
+                mu_s, var_s, noise = self._chunk_moments(Xs)
                 mu, param_var = mu_s[inv], var_s[inv]
             sd = np.sqrt(param_var + noise)
             resid = y[start:end] - mu

@@ -271,7 +271,8 @@ def test_a_metric_batch_is_parsed_row_by_row_and_a_bad_row_is_refused_alone() ->
     assert "metric 1 of a batch of 3" in bad[0][2] and "exec_ms" in bad[0][2]
     assert metric_rows({"version": 2, "metrics": rows}) == rows
     assert metric_rows(_metric()) == [_metric()]
-    for refused, reason in (({"version": 3, "metrics": rows}, "version 3"),
+    for refused, reason in (({"version": 9, "metrics": rows}, "version 9"),
+                            ({"version": 3, "metrics": rows}, "columnar metric batch is"),
                             ({"version": 2, "metrics": {}}, "nothing else"),
                             ({"version": 2, "metrics": rows, "x": 1}, "nothing else")):
         with pytest.raises(ValueError, match=reason):

@@ -22,6 +22,8 @@ from app.records import (
     ResultRecord,
     RouteRecord,
     metric_batch_bytes,
+    metric_columns_bytes,
+    metric_rows,
 )
 from models.ops import SPEC_CLASSES, parse_op
 from models.traces import synthetic_trace
@@ -157,6 +159,13 @@ def test_records_as_the_stages_write_them_validate() -> None:
     batch = json.loads(metric_batch_bytes([json.dumps(metric).encode()] * 3))
     assert batch == {"version": 2, "metrics": [metric] * 3} and valid("metrics", batch)
     assert not valid("metrics", {"version": 3, "metrics": [metric]})
+    # The columnar form (version 3), as executors publish it: valid, and its rows are.
+    rows = [{**metric, "workload_id": f"w{i}", "exec_ms": 0.1 * i} for i in range(3)]
+    columns = json.loads(metric_columns_bytes([json.dumps(r).encode() for r in rows]))
+    assert columns["version"] == 3 and valid("metrics", columns)
+    assert all(valid("metrics", r) for r in metric_rows(columns))
+    assert not valid("metrics", {**columns, "rows": 0})
+    assert not valid("metrics", {**columns, "columns": {"exec_ms": {"values": [1.0]}}})
     assert not valid("metrics", {"version": 2, "metrics": [{**metric, "exec_ms": "1"}]})
     # A workload of a batched call (dynamic batching): its share, the call's time and size.
     assert metric["batch_size"] == 1 and metric["batch_exec_ms"] is None

@@ -124,13 +124,8 @@ def _column_kind_errors(name: str, kind: str, column: Any, bad: dict[int, str]) 
     nullable = name in OPTIONAL
     values = column if isinstance(column, list) else column[0]
     allowed = _TYPES[kind] | (_NONE if nullable else frozenset())
-    types = set(map(type, values))
-    if types <= allowed:
-        if kind != "number":
-            return
-        numbers = [v for v in values if v is not None] if nullable else values
-        if np.isfinite(np.asarray(numbers, dtype=np.float64)).all():
-            return
+    if set(map(type, values)) <= allowed:
+        return  # numbers are finite: orjson refuses NaN, Infinity and doubles out of range
     for j, value in enumerate(values):
         if (value is None and nullable) or is_kind(value, kind):
             continue
@@ -323,9 +318,17 @@ class MetricBatch:
             return list(itertools.chain.from_iterable(b.columns[name] for b in blocks))
 
         class_names: dict[str, int] = {}
-        class_code = np.fromiter((class_names.setdefault(c, len(class_names))
-                                  for c in chain("device_class")),
-                                 dtype=np.intp, count=block_of.size)
+        codes = []
+        for block in blocks:  # an executor's record is of one class: one look-up a block
+            names = block.columns["device_class"]
+            if len(set(names)) == 1:
+                codes.append(np.full(block.rows, class_names.setdefault(names[0],
+                                                                        len(class_names))))
+            else:
+                codes.append(np.fromiter((class_names.setdefault(c, len(class_names))
+                                          for c in names), dtype=np.intp, count=block.rows))
+        class_code = (np.concatenate(codes).astype(np.intp, copy=False) if codes
+                      else np.zeros(0, dtype=np.intp))
         status = chain("status")
         return cls(
             blocks=blocks, block_of=block_of, block_row=block_row, classes=list(class_names),

@@ -176,7 +176,8 @@ def check_metric_columns(data: dict[str, Any]) -> tuple[int, dict[str, Any],
         if len(index) != rows:
             raise ValueError(f"metric batch column {name} has {len(index)} indexes for "
                              f"{rows} rows")
-        if not all(type(i) is int and 0 <= i < len(values) for i in index):
+        if index and (set(map(type, index)) != {int} or min(index) < 0
+                      or max(index) >= len(values)):
             raise ValueError(f"metric batch column {name} has an index outside its "
                              f"{len(values)} values")
         out[name] = (values, index)

@@ -181,6 +181,18 @@ class BayesLinReg:
         spread = np.einsum("ij,ij->i", X @ cov, X)
         return X @ mean, noise * np.maximum(spread, 0.0), noise
 
+    def _solved_mean(self) -> np.ndarray:
+        """The posterior mean, by Cholesky solve when it is not known yet (no inverse: the
+        statistics change again right after)."""
+        if self._mean is not None:
+            return self._mean
+        try:
+            return np.asarray(cho_solve(cho_factor(self.precision, lower=True,
+                                                   check_finite=False),
+                                        self.eta, check_finite=False))
+        except np.linalg.LinAlgError:
+            return self.mean
+
     def _chunk_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """`moments_many` for the rows of a chunk being learned. The posterior changes after
         every chunk, so rather than invert the precision (as `_refresh` does for the
@@ -314,7 +326,7 @@ class BayesLinReg:
 
     def _inject_bias_variance(self, variance: float) -> None:
         """Add ``variance`` (target units^2) to the bias weight, keeping the mean."""
-        mean = self.mean
+        mean = self._solved_mean()
         c = variance / self.noise_var  # relative units, like the precision
         column = self.precision[:, self.bias_index].copy()
         self.precision = self.precision - np.outer(column, column) * (

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from operator import itemgetter
 from types import SimpleNamespace
 from typing import Any
 
@@ -51,13 +52,18 @@ class MetricRow(SimpleNamespace):
     descriptors cost more than the rest of the metric path per row."""
 
 
-def check_metric(data: Any) -> MetricRow:
-    """Check one decoded execution (a row); ValueError with the reason when it is not one."""
+def _check_row(data: Any) -> None:
+    """ValueError with the reason when a decoded row is not one execution."""
     if not isinstance(data, dict):
         raise ValueError("metric is not a JSON object")
     check_fields(data, "metric", REQUIRED, OPTIONAL)
     if not data["exec_ms"] >= 0:
         raise ValueError(f"metric exec_ms {data['exec_ms']!r} is not a non-negative number")
+
+
+def check_metric(data: Any) -> MetricRow:
+    """Check one decoded execution (a row); ValueError with the reason when it is not one."""
+    _check_row(data)
     row = MetricRow()
     fields = row.__dict__  # filled in place: a third of the cost of MetricRow(**merged)
     fields.update(DEFAULTS)
@@ -66,21 +72,25 @@ def check_metric(data: Any) -> MetricRow:
     return row
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
-    """The well-formed rows of one metrics value, column-wise.
+    """The well-formed rows of one metrics value.
 
-    ``columns`` holds each of `NEEDED` as a list of one value per row; ``shapes`` the value's
-    distinct ``(op, variant)`` pairs as decoded, ``shape_keys`` their JSON text and
-    ``shape_index`` each row's pair. ``source`` rebuilds good row i as its producer wrote it
-    (for a dead letter that can be replayed alone); ``whole`` says the value is that one row.
+    A columnar record's block holds each of `NEEDED` as a list of one value per row
+    (``columns``); a row-form block holds each row's `NEEDED` values as a tuple (``tuples``:
+    one-row records are this form's common case, and the batch transposes all of them at
+    once). ``shapes`` are the value's distinct ``(op, variant)`` pairs as decoded,
+    ``shape_keys`` their JSON text and ``shape_index`` each row's pair. ``source`` rebuilds
+    good row i as its producer wrote it (for a dead letter that can be replayed alone);
+    ``whole`` says the value is that one row.
     """
 
     rows: int
-    columns: dict[str, list[Any]]
+    columns: dict[str, list[Any]] | None
+    tuples: list[tuple[Any, ...]] | None
     shapes: list[tuple[Any, Any]]
     shape_keys: list[bytes]
-    shape_index: np.ndarray
+    shape_index: list[int]
     source: Any
     whole: bool
     event: Any = None
@@ -90,27 +100,26 @@ class Block:
         return dict(self.source(i))
 
 
-def _distinct(keys: list[bytes], values: list[tuple[Any, Any]]) -> tuple[
-        list[tuple[Any, Any]], list[bytes], np.ndarray]:
-    """Distinct pairs of per-row JSON keys, and each row's index among them."""
+_NEEDED_OF = itemgetter(*NEEDED)
+
+
+def _row_block(good: list[dict[str, Any]], source: Any, whole: bool) -> Block:
+    """A block of checked row objects (plain lists and C-level getters: a one-row record is
+    the common case of this form, and NumPy's per-call cost would be most of it)."""
     where: dict[bytes, int] = {}
-    distinct: list[tuple[Any, Any]] = []
-    index = np.empty(len(keys), dtype=np.intp)
-    for i, key in enumerate(keys):
+    shapes: list[tuple[Any, Any]] = []
+    index: list[int] = []
+    for row in good:
+        pair = (row["op"], row["variant"])
+        key = orjson.dumps(pair)
         at = where.get(key)
         if at is None:
-            at = where[key] = len(distinct)
-            distinct.append(values[i])
-        index[i] = at
-    return distinct, list(where), index
-
-
-def _row_block(good: list[MetricRow], source: Any, whole: bool) -> Block:
-    """A block of checked row objects."""
-    pairs = [(m.op, m.variant) for m in good]
-    shapes, keys, index = _distinct([orjson.dumps(pair) for pair in pairs], pairs)
-    columns = {name: [m.__dict__[name] for m in good] for name in NEEDED}
-    return Block(len(good), columns, shapes, keys, index, source, whole)
+            at = where[key] = len(shapes)
+            shapes.append(pair)
+        index.append(at)
+    values = [_NEEDED_OF(row if row.keys() >= DEFAULTS.keys() else {**DEFAULTS, **row})
+              for row in good]
+    return Block(len(good), None, values, shapes, list(where), index, source, whole)
 
 
 def _refuse(bad: dict[int, str], rows: list[int], reason: str) -> None:
@@ -217,8 +226,8 @@ def _columnar_block(data: dict[str, Any]) -> tuple[Block, list[RefusedRow]]:
     shapes = [(ops[int(p) // len(variants)], variants[int(p) % len(variants)]) for p in unique]
     keys = [orjson.dumps(shape) for shape in shapes]
     source = full_row if keep is None else (lambda i: full_row(keep[i]))
-    block = Block(rows, {name: column(name) for name in NEEDED}, shapes, keys,
-                  index.astype(np.intp, copy=False), source, False)
+    block = Block(rows, {name: column(name) for name in NEEDED}, None, shapes, keys,
+                  index.tolist(), source, False)
     return block, refused
 
 
@@ -229,13 +238,23 @@ def parse_block(raw: bytes) -> tuple[Block, list[RefusedRow]]:
     data = decode_object(raw, "metric")
     if data.get("version") == METRIC_COLUMNS_VERSION:
         return _columnar_block(data)
+    if "version" not in data:  # one execution: the common case of the row form
+        try:
+            _check_row(data)
+        except ValueError as exc:
+            return Block(0, None, [], [], [], [], None, True), [(0, data, str(exc))]
+        pair = (data["op"], data["variant"])
+        return Block(1, None, [_NEEDED_OF(data if data.keys() >= DEFAULTS.keys()
+                                          else {**DEFAULTS, **data})],
+                     [pair], [orjson.dumps(pair)], [0], lambda _: data, True), []
     rows = metric_rows(data)
-    good: list[MetricRow] = []
+    good: list[dict[str, Any]] = []
     positions: list[int] = []
     refused: list[RefusedRow] = []
     for index, row in enumerate(rows):
         try:
-            good.append(check_metric(row))
+            _check_row(row)
+            good.append(row)
             positions.append(index)
         except ValueError as exc:
             refused.append((index, row, str(exc) if len(rows) == 1
@@ -272,6 +291,7 @@ class MetricBatch:
     shapes: list[tuple[Any, Any]]
     shape_keys: list[bytes]
     shape: np.ndarray
+    columns: dict[str, list[Any]]
 
     @property
     def rows(self) -> int:
@@ -291,7 +311,7 @@ class MetricBatch:
 
     def column(self, name: str) -> list[Any]:
         """Column ``name`` (one of `NEEDED`) over the whole batch."""
-        return list(itertools.chain.from_iterable(b.columns[name] for b in self.blocks))
+        return self.columns[name]
 
     @classmethod
     def from_blocks(cls, blocks: list[Block]) -> MetricBatch:
@@ -302,40 +322,51 @@ class MetricBatch:
         block_row = np.arange(int(sizes.sum()), dtype=np.intp) - np.repeat(starts, sizes)
         where: dict[bytes, int] = {}
         shapes: list[tuple[Any, Any]] = []
-        parts = []
-        for block in blocks:
-            remap = np.empty(len(block.shapes), dtype=np.intp)
-            for j, (key, pair) in enumerate(zip(block.shape_keys, block.shapes, strict=True)):
+        shape: list[int] = []
+        parts: dict[str, list[Any]] = {name: [] for name in NEEDED}
+        pending: list[tuple[Any, ...]] = []  # row tuples of consecutive row-form blocks
+
+        def transpose() -> None:
+            if pending:
+                for name, column in zip(NEEDED, zip(*pending, strict=True), strict=True):
+                    parts[name].append(column)
+                pending.clear()
+
+        for block in blocks:  # plain lists: a block is often one row
+            remap = []
+            for key, pair in zip(block.shape_keys, block.shapes, strict=True):
                 at = where.get(key)
                 if at is None:
                     at = where[key] = len(shapes)
                     shapes.append(pair)
-                remap[j] = at
-            parts.append(remap[block.shape_index])
-        shape = np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
+                remap.append(at)
+            shape.extend([remap[0]] * block.rows if len(remap) == 1
+                         else [remap[k] for k in block.shape_index])
+            if block.tuples is not None:
+                pending.extend(block.tuples)
+            else:
+                assert block.columns is not None
+                transpose()
+                for name in NEEDED:
+                    parts[name].append(block.columns[name])
+        transpose()
+        columns = {name: list(itertools.chain.from_iterable(chunks))
+                   for name, chunks in parts.items()}
+        class_names: dict[str, int] = {}
+        class_code = [class_names.setdefault(c, len(class_names))
+                      for c in columns["device_class"]]
 
         def chain(name: str) -> list[Any]:
-            return list(itertools.chain.from_iterable(b.columns[name] for b in blocks))
+            return columns[name]
 
-        class_names: dict[str, int] = {}
-        codes = []
-        for block in blocks:  # an executor's record is of one class: one look-up a block
-            names = block.columns["device_class"]
-            if len(set(names)) == 1:
-                codes.append(np.full(block.rows, class_names.setdefault(names[0],
-                                                                        len(class_names))))
-            else:
-                codes.append(np.fromiter((class_names.setdefault(c, len(class_names))
-                                          for c in names), dtype=np.intp, count=block.rows))
-        class_code = (np.concatenate(codes).astype(np.intp, copy=False) if codes
-                      else np.zeros(0, dtype=np.intp))
         status = chain("status")
         return cls(
             blocks=blocks, block_of=block_of, block_row=block_row, classes=list(class_names),
-            class_code=class_code,
+            class_code=np.array(class_code, dtype=np.intp),
             ok=np.fromiter(map("ok".__eq__, status), dtype=bool, count=len(status)),
             exec_ms=np.asarray(chain("exec_ms"), dtype=np.float64),
             energy_j=np.asarray(chain("energy_j"), dtype=np.float64),
             batch_size=chain("batch_size"), batch_exec_ms=chain("batch_exec_ms"),
             setup_ms=np.asarray(chain("setup_ms"), dtype=np.float64),
-            shapes=shapes, shape_keys=list(where), shape=shape)
+            shapes=shapes, shape_keys=list(where), shape=np.array(shape, dtype=np.intp),
+            columns=columns)

@@ -161,8 +161,7 @@ async def learn_batch(batch: MetricBatch) -> None:
     learn = batch.ok.copy()  # a failed run says nothing about how long the op takes
     pair_of = batch.shape.copy()
     exec_ms, energy = batch.exec_ms.copy(), batch.energy_j.copy()
-    single = np.fromiter((size == 1 for size in batch.batch_size), dtype=bool,
-                         count=batch.rows)
+    single = np.fromiter(map((1).__eq__, batch.batch_size), dtype=bool, count=batch.rows)
     if invalid:
         bad_shape = np.zeros(len(pairs), dtype=bool)
         bad_shape[list(invalid)] = True

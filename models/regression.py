@@ -36,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
-# scipy comes with scikit-learn (a dependency): NumPy has no triangular solve.
-from scipy.linalg import cho_factor, cho_solve, solve_triangular
+# scipy comes with scikit-learn (a dependency): NumPy has no Cholesky or triangular solve.
+# The LAPACK routines themselves: scipy.linalg's wrappers cost more than the 73 x 73 solve.
+from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
 __all__ = ["BayesLinReg", "ErrorTracker"]
 
@@ -186,12 +187,11 @@ class BayesLinReg:
         statistics change again right after)."""
         if self._mean is not None:
             return self._mean
-        try:
-            return np.asarray(cho_solve(cho_factor(self.precision, lower=True,
-                                                   check_finite=False),
-                                        self.eta, check_finite=False))
-        except np.linalg.LinAlgError:
+        factor, info = dpotrf(self.precision, lower=1, clean=1)
+        if info != 0:
             return self.mean
+        mean, info = dpotrs(factor, self.eta, lower=1)
+        return np.asarray(mean) if info == 0 else self.mean
 
     def _chunk_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """`moments_many` for the rows of a chunk being learned. The posterior changes after
@@ -202,12 +202,13 @@ class BayesLinReg:
         falls back to the inverse."""
         if self._cov is not None:
             return self.moments_many(X)
-        try:
-            factor = cho_factor(self.precision, lower=True, check_finite=False)
-        except np.linalg.LinAlgError:
+        factor, info = dpotrf(self.precision, lower=1, clean=1)
+        if info != 0:  # not positive definite in floating point
             return self.moments_many(X)
-        mean = cho_solve(factor, self.eta, check_finite=False)
-        half = solve_triangular(factor[0], X.T, lower=True, check_finite=False)
+        mean, info_mean = dpotrs(factor, self.eta, lower=1)
+        half, info_half = dtrtrs(factor, X.T, lower=1)
+        if info_mean != 0 or info_half != 0:
+            return self.moments_many(X)
         noise = self.noise_var
         return X @ mean, noise * np.einsum("ij,ij->j", half, half), noise
 
@@ -251,8 +252,13 @@ class BayesLinReg:
                 Xs, inv = X[start:end], None
                 mu, param_var, noise = self._chunk_moments(Xs)
             else:
-                uniq, inv = np.unique(index[start:end], return_inverse=True)
-                Xs = X[uniq]
+                # The chunk's distinct vectors (in index order) and each row's rank among
+                # them: a mask over X's rows rather than a sort.
+                part = index[start:end]
+                present = np.zeros(X.shape[0], dtype=bool)
+                present[part] = True
+                Xs = X[present]
+                inv = (np.cumsum(present) - 1)[part]
                 mu_s, var_s, noise = self._chunk_moments(Xs)
                 mu, param_var = mu_s[inv], var_s[inv]
             sd = np.sqrt(param_var + noise)

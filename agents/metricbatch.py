@@ -94,6 +94,7 @@ class Block:
     source: Any
     whole: bool
     event: Any = None
+    device_class: str | None = None  # the class of every row, when one field holds it
 
     def row(self, i: int) -> dict[str, Any]:
         """Good row ``i`` as its producer wrote it."""
@@ -166,7 +167,8 @@ def _columnar_block(data: dict[str, Any]) -> tuple[Block, list[RefusedRow]]:
         exec_ms = columns["exec_ms"]
         values, at = (exec_ms, None) if isinstance(exec_ms, list) else exec_ms
         if set(map(type, values)) <= _TYPES["number"]:
-            negative = np.flatnonzero(~(np.asarray(values, dtype=np.float64) >= 0)).tolist()
+            negative = [] if min(values, default=0) >= 0 else [
+                j for j, v in enumerate(values) if v < 0]
         else:
             negative = [j for j, v in enumerate(values) if is_kind(v, "number") and not v >= 0]
         for j in negative:
@@ -212,6 +214,18 @@ def _columnar_block(data: dict[str, Any]) -> tuple[Block, list[RefusedRow]]:
             index[i] = at
         return distinct, index
 
+    op_column = columns.get("op")
+    if "variant" in fields and isinstance(op_column, tuple):
+        # What executors write: one variant, ops dictionary-encoded. The dictionary is the
+        # block's shapes (a value no row uses is never learned; a repeated one is merged by
+        # its JSON key with the batch's others).
+        variant = fields["variant"]
+        shapes = [(op, variant) for op in op_column[0]]
+        index_list = op_column[1] if keep is None else [op_column[1][i] for i in keep]
+        source = full_row if keep is None else (lambda i: full_row(keep[i]))
+        return Block(rows, {name: column(name) for name in NEEDED}, None, shapes,
+                     [orjson.dumps(shape) for shape in shapes], index_list, source,
+                     False, device_class=fields.get("device_class")), refused
     ops, op_index = codes("op")
     variants, variant_index = codes("variant")
     pair = op_index * len(variants) + variant_index
@@ -227,7 +241,7 @@ def _columnar_block(data: dict[str, Any]) -> tuple[Block, list[RefusedRow]]:
     keys = [orjson.dumps(shape) for shape in shapes]
     source = full_row if keep is None else (lambda i: full_row(keep[i]))
     block = Block(rows, {name: column(name) for name in NEEDED}, None, shapes, keys,
-                  index.tolist(), source, False)
+                  index.tolist(), source, False, device_class=fields.get("device_class"))
     return block, refused
 
 
@@ -246,7 +260,8 @@ def parse_block(raw: bytes) -> tuple[Block, list[RefusedRow]]:
         pair = (data["op"], data["variant"])
         return Block(1, None, [_NEEDED_OF(data if data.keys() >= DEFAULTS.keys()
                                           else {**DEFAULTS, **data})],
-                     [pair], [orjson.dumps(pair)], [0], lambda _: data, True), []
+                     [pair], [orjson.dumps(pair)], [0], lambda _: data, True,
+                     device_class=data["device_class"]), []
     rows = metric_rows(data)
     good: list[dict[str, Any]] = []
     positions: list[int] = []
@@ -353,8 +368,13 @@ class MetricBatch:
         columns = {name: list(itertools.chain.from_iterable(chunks))
                    for name, chunks in parts.items()}
         class_names: dict[str, int] = {}
-        class_code = [class_names.setdefault(c, len(class_names))
-                      for c in columns["device_class"]]
+        if all(block.device_class is not None for block in blocks):  # one class a record
+            class_code = list(itertools.chain.from_iterable(
+                [class_names.setdefault(str(block.device_class), len(class_names))] * block.rows
+                for block in blocks))
+        else:
+            class_code = [class_names.setdefault(c, len(class_names))
+                          for c in columns["device_class"]]
 
         def chain(name: str) -> list[Any]:
             return columns[name]

@@ -216,12 +216,16 @@ def _columnar_block(data: dict[str, Any]) -> tuple[Block, list[RefusedRow]]:
 
     op_column = columns.get("op")
     if "variant" in fields and isinstance(op_column, tuple):
-        # What executors write: one variant, ops dictionary-encoded. The dictionary is the
-        # block's shapes (a value no row uses is never learned; a repeated one is merged by
-        # its JSON key with the batch's others).
+        # What executors write: one variant, ops dictionary-encoded. The dictionary's values
+        # that kept rows use are the block's shapes (a repeated one is merged by its JSON key
+        # with the batch's others).
         variant = fields["variant"]
-        shapes = [(op, variant) for op in op_column[0]]
         index_list = op_column[1] if keep is None else [op_column[1][i] for i in keep]
+        used = sorted(set(index_list))
+        if len(used) != len(op_column[0]):  # only values a kept row uses (others unchecked)
+            rank = {at: k for k, at in enumerate(used)}
+            index_list = [rank[at] for at in index_list]
+        shapes = [(op_column[0][at], variant) for at in used]
         source = full_row if keep is None else (lambda i: full_row(keep[i]))
         return Block(rows, {name: column(name) for name in NEEDED}, None, shapes,
                      [orjson.dumps(shape) for shape in shapes], index_list, source,

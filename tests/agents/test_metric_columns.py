@@ -107,6 +107,16 @@ def test_a_bad_value_of_a_dictionary_encoded_column_refuses_every_row_using_it()
     assert all("metric variant must be a object, got list" in r for _, _, r in refused)
 
 
+def test_dictionary_values_no_kept_row_uses_are_not_learned() -> None:
+    """A dictionary value of a refused row, or of none, never reaches the op parser."""
+    rows = [row(i) for i in range(4)]
+    data = metric_columns(rows)
+    data["columns"]["op"] = {"values": [MATMUL, "junk", 7, [1]], "index": [0, 1, 0, 0]}
+    block, refused = parse_block(orjson.dumps(data))
+    assert [i for i, _, _ in refused] == [1] and block.rows == 3
+    assert block.shapes == [(MATMUL, FP32)] and block.shape_index == [0, 0, 0]
+
+
 @pytest.mark.parametrize("change, reason, structural", [
     (lambda d: d["fields"].pop("device_id"), "metric batch lacks device_id", False),
     (lambda d: d["fields"].update(status=1), "status must be a string, got int .in every row",

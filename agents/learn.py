@@ -17,7 +17,9 @@ queue is the backlog's pace (agents/complete.py).
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import time
 from typing import Any
 
@@ -161,7 +163,10 @@ async def learn_batch(batch: MetricBatch) -> None:
     learn = batch.ok.copy()  # a failed run says nothing about how long the op takes
     pair_of = batch.shape.copy()
     exec_ms, energy = batch.exec_ms.copy(), batch.energy_j.copy()
-    single = np.fromiter(map((1).__eq__, batch.batch_size), dtype=bool, count=batch.rows)
+    # batch_size == 1 at C speed (a null batch_size, which the field check lets through as
+    # optional, is not 1: such a row is refused below as a batched row without its call).
+    single = np.fromiter(map(operator.eq, batch.batch_size, itertools.repeat(1)), dtype=bool,
+                         count=batch.rows)
     if invalid:
         bad_shape = np.zeros(len(pairs), dtype=bool)
         bad_shape[list(invalid)] = True

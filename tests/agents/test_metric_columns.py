@@ -186,6 +186,7 @@ def test_learn_batch_learns_what_metric_row_gives_row_by_row(monkeypatch) -> Non
     rows[10] = row(10, op={"kind": "matmul", "m": -1, "k": 1, "n": 1})  # refused by parse_op
     rows[12] = row(12, batch_size=2)  # batched, but no call time
     rows[15] = row(15, device_class="jax-cpu-x86", setup_ms=40.0)
+    rows[17] = row(17, batch_size=None)  # null: optional, but not a call of one
     blocks = []
     for part, event in ((rows[:12], _Event()), (rows[12:], _Event())):
         block, refused = parse_block(columnar(part))
@@ -194,14 +195,15 @@ def test_learn_batch_learns_what_metric_row_gives_row_by_row(monkeypatch) -> Non
         blocks.append(block)
     asyncio.run(learn.learn_batch(MetricBatch.from_blocks(blocks)))
 
-    assert len(dead) == 2 and all(raw is not None for _, raw in dead)
+    assert len(dead) == 3 and all(raw is not None for _, raw in dead)
     assert "metric op or variant invalid" in dead[0][0]
     assert json.loads(dead[1][1] or b"")["workload_id"] == "w12"
+    assert json.loads(dead[2][1] or b"")["workload_id"] == "w17"
     expected: dict[str, list[Any]] = {}
     calls: set[Any] = set()
     for r in rows:
         metric = parse_metrics(orjson.dumps(r))[0][0]
-        if metric.status != "ok" or r["workload_id"] in ("w10", "w12"):
+        if metric.status != "ok" or r["workload_id"] in ("w10", "w12", "w17"):
             continue
         key = batch_call(metric)
         if key is not None and key in calls:

@@ -17,64 +17,44 @@ queue is the backlog's pace (agents/complete.py).
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections import defaultdict
-from types import SimpleNamespace
+import operator
+import time
 from typing import Any
 
+import numpy as np
 import orjson
 
+from agents.metricbatch import (
+    MetricBatch,
+    MetricRow,
+    block_metrics,
+    check_metric,
+    parse_block,
+)
 from app import observability
 from app.main import settings
-from app.records import MetricRecord, metric_rows, wire_defaults, wire_fields
-from app.streaming import check_fields, dead_letter, decode_object, event_context
+from app.streaming import dead_letter, event_context
 from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
 from models.history import HistoryModel
 from models.ops import OpSpec, SpecError, Variant, batched_equivalent, parse_op
 from models.setup import update_setup
-from models.transfer import transfer_rows, update_transfer
+from models.transfer import update_transfer
 
 logger = logging.getLogger(__name__)
-REQUIRED, OPTIONAL = wire_fields(MetricRecord)
-FIELD_SET = frozenset(REQUIRED) | frozenset(OPTIONAL)
-DEFAULTS = {name: value for name, value in wire_defaults(MetricRecord).items() if name in OPTIONAL}
-
-
-class MetricRow(SimpleNamespace):
-    """One checked execution from the metrics topic: a ``MetricRecord``'s fields as attributes
-    (defaults filled in, unknown fields left out). Lighter than the Faust record, whose field
-    descriptors cost more than the rest of the metric path per row."""
-
-
-def check_metric(data: Any) -> MetricRow:
-    """Check one decoded execution (a row); ValueError with the reason when it is not one."""
-    if not isinstance(data, dict):
-        raise ValueError("metric is not a JSON object")
-    check_fields(data, "metric", REQUIRED, OPTIONAL)
-    if not data["exec_ms"] >= 0:
-        raise ValueError(f"metric exec_ms {data['exec_ms']!r} is not a non-negative number")
-    row = MetricRow()
-    fields = row.__dict__  # filled in place: a third of the cost of MetricRow(**merged)
-    fields.update(DEFAULTS)
-    fields.update(data if data.keys() <= FIELD_SET
-                  else {k: v for k, v in data.items() if k in FIELD_SET})
-    return row
+STAGE_CPU = "switchyard_metric_stage_cpu_seconds_total"
+__all__ = ["MetricRow", "batch_call", "cached_op", "check_metric", "learn_batch", "metric_row",
+           "parse_metric", "parse_metrics", "parsed_batch"]
 
 
 def parse_metrics(raw: bytes) -> tuple[list[MetricRow], list[tuple[int, Any, str]]]:
     """A metrics value's well-formed executions, and ``(index, row, reason)`` for each row
-    refused; either form (app.records.metric_rows). ValueError when the value as a whole is
+    refused; any form (app.records.metric_rows). ValueError when the value as a whole is
     not a metric or a metric batch."""
-    rows = metric_rows(decode_object(raw, "metric"))
-    good, bad = [], []
-    for index, row in enumerate(rows):
-        try:
-            good.append(check_metric(row))
-        except ValueError as exc:
-            bad.append((index, row, str(exc) if len(rows) == 1
-                        else f"metric {index} of a batch of {len(rows)}: {exc}"))
-    return good, bad
+    block, refused = parse_block(raw)
+    return block_metrics(block), refused
 
 
 def parse_metric(raw: bytes) -> MetricRow:
@@ -94,11 +74,12 @@ _OP_CACHE: dict[bytes, tuple[OpSpec, Variant]] = {}
 OP_CACHE_SIZE = 4096
 
 
-def cached_op(op: Any, variant: Any) -> tuple[OpSpec, Variant]:
+def cached_op(op: Any, variant: Any, key: bytes | None = None) -> tuple[OpSpec, Variant]:
     """``parse_op`` of a metric's op and ``Variant.from_dict`` of its variant, memoised on
-    their exact JSON (so ``true`` and ``1``, which the parsers tell apart, never share an
-    entry)."""
-    key = orjson.dumps((op, variant))
+    their exact JSON ``key`` (``orjson.dumps((op, variant))``, computed when not given; so
+    ``true`` and ``1``, which the parsers tell apart, never share an entry)."""
+    if key is None:
+        key = orjson.dumps((op, variant))
     parsed = _OP_CACHE.get(key)
     if parsed is None:
         parsed = (parse_op(op, max_elements=settings.max_elements), Variant.from_dict(variant))
@@ -135,78 +116,157 @@ def batch_call(metric: MetricRow) -> tuple[Any, ...] | None:
             metric.batch_size, metric.batch_exec_ms)
 
 
-async def parsed_batch(stage: str, batch: list[Any]) -> list[tuple[Any, MetricRow]]:
-    """The batch's well-formed executions, each with the event that carried it; a value that is
-    not a metric is dead-lettered whole, a refused row of a batch alone (its own bytes, so it
-    can be replayed as a one-row metric once fixed)."""
-    out: list[tuple[Any, MetricRow]] = []
+async def parsed_batch(stage: str, batch: list[Any]) -> MetricBatch:
+    """The batch's well-formed executions, column-wise, each row with the event that carried
+    it; a value that is not a metric is dead-lettered whole, a refused row of a batch alone
+    (its own bytes, so it can be replayed as a one-row metric once fixed)."""
+    blocks = []
+    read = 0
     for event in batch:
         try:
-            good, bad = parse_metrics(event.value)
+            block, refused = parse_block(event.value)
         except ValueError as exc:
             await dead_letter(stage, event, str(exc))
             continue
-        out.extend((event, metric) for metric in good)
-        for _, row, reason in bad:
+        block.event = event
+        blocks.append(block)
+        read += block.rows + len(refused)
+        for _, row, reason in refused:
             await dead_letter(stage, event, reason,
-                              raw=None if len(good) + len(bad) == 1 else orjson.dumps(row))
-    return out
+                              raw=None if block.whole else orjson.dumps(row))
+    observability.inc("switchyard_metric_rows_total", read)
+    return MetricBatch.from_blocks(blocks)
 
 
-async def learn_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
+async def _refuse_row(batch: MetricBatch, i: int, reason: str) -> None:
+    await dead_letter("learn", batch.event(i), reason,
+                      raw=None if batch.whole(i) else orjson.dumps(batch.row(i)))
+
+
+async def learn_batch(batch: MetricBatch) -> None:
     """Fold a batch's successful executions into each class's model and history (called by
-    the metric stage, agents/metrics.py, with the batch's well-formed metrics)."""
-    rows: dict[str, list[Row]] = defaultdict(list)
-    setups: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
-    transfers = transfer_rows([metric for _, metric in parsed])
-    last_event: dict[str, Any] = {}
-    calls: set[tuple[Any, ...]] = set()
-    for event, metric in parsed:
-        if metric.status != "ok":
-            continue  # a failed run says nothing about how long the op takes
-        call = batch_call(metric)
-        if call is not None and call in calls:
-            continue  # another workload of a call already learned
+    the metric stage, agents/metrics.py, with the batch's well-formed metrics).
+
+    Column-wise: each distinct (op, variant) of the batch is parsed once (memoised across
+    batches), each class's rows are learned by one `CostModel.learn_indexed` and one
+    `HistoryModel.observe_indexed` in the order they came, and each class's state is written
+    once. Rows of batched calls (rare) go through `metric_row` one by one, in place."""
+    began = time.thread_time()
+    writing = 0.0
+    pairs: list[tuple[OpSpec, Variant] | None] = []
+    invalid: dict[int, str] = {}
+    for j, (key, (op, variant)) in enumerate(zip(batch.shape_keys, batch.shapes, strict=True)):
         try:
-            row = metric_row(metric)
+            pairs.append(cached_op(op, variant, key))
         except (SpecError, ValueError, TypeError, KeyError) as exc:
-            await dead_letter("learn", event, f"metric op or variant invalid: {exc}")
+            pairs.append(None)
+            invalid[j] = f"metric op or variant invalid: {exc}"
+    learn = batch.ok.copy()  # a failed run says nothing about how long the op takes
+    pair_of = batch.shape.copy()
+    exec_ms, energy = batch.exec_ms.copy(), batch.energy_j.copy()
+    # batch_size == 1 at C speed (a null batch_size, which the field check lets through as
+    # optional, is not 1: such a row is refused below as a batched row without its call).
+    single = np.fromiter(map(operator.eq, batch.batch_size, itertools.repeat(1)), dtype=bool,
+                         count=batch.rows)
+    if invalid:
+        bad_shape = np.zeros(len(pairs), dtype=bool)
+        bad_shape[list(invalid)] = True
+        for i in np.flatnonzero(learn & single & bad_shape[pair_of]).tolist():
+            await _refuse_row(batch, i, invalid[int(pair_of[i])])
+            learn[i] = False
+    # The measured transfers over each class's link (models/transfer.py), of every successful
+    # row that measured one, fitted beside the class's model.
+    transfer_ms, transfer_bytes = batch.column("transfer_ms"), batch.column("transfer_bytes")
+    batched = np.flatnonzero(learn & ~single).tolist()
+    if batched:
+        await _batched_calls(batch, batched, pairs, invalid, learn, pair_of, exec_ms, energy)
+    for code, device_class in enumerate(batch.classes):
+        rows = np.flatnonzero(learn & (batch.class_code == code))
+        if not rows.size:
             continue
-        if call is not None:
-            calls.add(call)
-        if row is None:
-            continue  # a batched call that no op of the catalog computes
-        rows[metric.device_class].append(row)
-        if call is None and isinstance(metric.setup_ms, int | float):
-            setups[metric.device_class].append((row[0].kind, row[1].mode,
-                                                float(metric.setup_ms)))
-        last_event[metric.device_class] = event
-    for device_class, class_rows in rows.items():
+        used, index = np.unique(pair_of[rows], return_inverse=True)
+        known = [pair for pair in (pairs[u] for u in used.tolist()) if pair is not None]
+        if len(known) != used.size:
+            raise AssertionError("a row of a refused (op, variant) reached the learner")
+        event = batch.event(int(rows[-1]))  # the class's partition
         # The partitioned tables are this stage's state (recovered before its partition
         # resumes); the global copies are only a fallback for state written before they
         # existed.
-        with event_context(last_event[device_class]):  # the class's partition
+        with event_context(event):
             stored = class_models.get(device_class) or models.get(device_class)
             stored_history = class_history.get(device_class) or history.get(device_class)
         model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
-        model.learn_many(class_rows)
+        model.learn_indexed(known, index, exec_ms[rows], energy[rows])
         hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
-        hist.observe_many(device_class, class_rows)
+        hist.observe_indexed(device_class, known, index, exec_ms[rows], energy[rows])
         model_dict, history_dict = model.to_dict(), hist.to_dict()
         # The one-time setup of new shapes, learned beside the model (models/setup.py).
-        model_dict["setup"] = update_setup((stored or {}).get("setup"),
-                                           setups.get(device_class, ()))
-        # The measured transfers over the class's link, fitted beside it (models/transfer.py).
-        model_dict["transfer"] = update_transfer((stored or {}).get("transfer"),
-                                                 transfers.get(device_class, ()))
-        with event_context(last_event[device_class]):
+        setup = single[rows] & np.isfinite(batch.setup_ms[rows])
+        model_dict["setup"] = update_setup(
+            (stored or {}).get("setup"),
+            [(known[k][0].kind, known[k][1].mode, ms) for k, ms in zip(
+                index[setup].tolist(), batch.setup_ms[rows][setup].tolist(), strict=True)])
+        model_dict["transfer"] = update_transfer(
+            (stored or {}).get("transfer"),
+            [(float(transfer_bytes[i]), float(transfer_ms[i])) for i in np.flatnonzero(
+                batch.ok & (batch.class_code == code)).tolist()
+             if _number(transfer_ms[i]) and _number(transfer_bytes[i])])
+        wrote = time.thread_time()
+        with event_context(event):
             class_models[device_class] = model_dict
             class_history[device_class] = history_dict
             models[device_class] = model_dict  # the copy every decider reads
             history[device_class] = history_dict
-        observability.inc("switchyard_metrics_learned_total", len(class_rows),
+        writing += time.thread_time() - wrote
+        observability.inc("switchyard_metrics_learned_total", int(rows.size),
                           device_class=device_class)
         error_pct = model.error_summary().get("median_ape")
         if isinstance(error_pct, int | float):
             observability.set_gauge("switchyard_model_error_ratio", float(error_pct) / 100.0,
                                     device_class=device_class)
+    observability.inc(STAGE_CPU, writing, step="tables")
+    observability.inc(STAGE_CPU, time.thread_time() - began - writing, step="learn")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+async def _batched_calls(batch: MetricBatch, rows: list[int],
+                         pairs: list[tuple[OpSpec, Variant] | None], invalid: dict[int, str],
+                         learn: np.ndarray, pair_of: np.ndarray, exec_ms: np.ndarray,
+                         energy: np.ndarray) -> None:
+    """Rows of batched calls, in order: each call is learned once, by its first row, as the
+    one op it computed taking the call's time (`metric_row`); the others are not learned."""
+    device_id, started, finished = (batch.column(name) for name in
+                                    ("device_id", "started_at_ms", "finished_at_ms"))
+    calls: set[tuple[Any, ...]] = set()
+    where: dict[tuple[OpSpec, Variant], int] = {}
+    for i in rows:
+        learn[i] = False
+        size, call_ms = batch.batch_size[i], batch.batch_exec_ms[i]
+        call = (device_id[i], started[i], finished[i], size, call_ms)
+        if call in calls:
+            continue  # another workload of a call already learned
+        shape = int(pair_of[i])
+        parsed = pairs[shape]
+        if parsed is None:
+            await _refuse_row(batch, i, invalid[shape])
+            continue
+        if not (type(size) is int and size > 1 and isinstance(call_ms, int | float)):
+            await _refuse_row(batch, i, "metric op or variant invalid: batched metric with "
+                              f"batch_size {size!r} and batch_exec_ms {call_ms!r}")
+            continue
+        calls.add(call)
+        equivalent = batched_equivalent(parsed[0], size)
+        if equivalent is None:
+            continue  # a batched call that no op of the catalog computes
+        key = (equivalent, parsed[1])
+        if key not in where:
+            where[key] = len(pairs)
+            pairs.append(key)
+        learn[i] = True
+        pair_of[i] = where[key]
+        exec_ms[i] = float(call_ms)
+        if np.isfinite(energy[i]):
+            energy[i] *= size

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from typing import Any
 
-from agents.learn import MetricRow
+import numpy as np
+
+from agents.metricbatch import MetricBatch
+from app import observability
 from app.main import settings
 from app.streaming import event_context
 from app.tables import hopping, tumbling
@@ -21,6 +23,7 @@ from models.sketch import WindowStats
 
 logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 10.0
+STAGE_CPU = "switchyard_metric_stage_cpu_seconds_total"
 
 
 def merge_stats(stored: dict[str, Any] | None, batch: dict[str, Any]) -> dict[str, Any]:
@@ -67,27 +70,38 @@ def sweep_expired(event: Any) -> int:
 _last_sweep = [0.0]
 
 
-def window_batch(parsed: list[tuple[Any, MetricRow]]) -> None:
-    """Aggregate a batch's metrics per (class, op kind) and merge them into the current windows
-    (called by the metric stage, agents/metrics.py); sweep expired windows now and then."""
-    batch = [event for event, _ in parsed]
-    grouped: dict[str, list[Any]] = defaultdict(list)
-    for event, metric in parsed:
-        kind = metric.op.get("kind") if isinstance(metric.op, dict) else None
-        grouped[f"{metric.device_class}|{kind}"].append((event, metric))
-    for key, members in grouped.items():
+def window_batch(batch: MetricBatch) -> None:
+    """Aggregate a batch's metrics per (class, op kind) in NumPy and merge them into the
+    current windows, one table update per key (called by the metric stage,
+    agents/metrics.py); sweep expired windows now and then."""
+    began = time.thread_time()
+    writing = 0.0
+    kinds: dict[Any, int] = {}
+    shape_kind = np.fromiter(
+        (kinds.setdefault(op.get("kind") if isinstance(op, dict) else None, len(kinds))
+         for op, _ in batch.shapes), dtype=np.intp, count=len(batch.shapes))
+    kind_names = list(kinds)
+    group = batch.class_code * max(len(kind_names), 1) + shape_kind[batch.shape]
+    keys, first, member = np.unique(group, return_index=True, return_inverse=True)
+    order = np.argsort(member, kind="stable")
+    ends = np.cumsum(np.bincount(member, minlength=keys.size))
+    for g in np.argsort(first).tolist():  # keys in the order they first came
+        rows = order[(ends[g - 1] if g else 0):ends[g]]
+        code, kind = divmod(int(keys[g]), max(len(kind_names), 1))
         stats = WindowStats()
-        stats.add_batch(
-            [float(m.exec_ms) for _, m in members],
-            errors=[m.status != "ok" for _, m in members],
-            energies=[m.energy_j for _, m in members],
-        )
+        stats.add_batch(batch.exec_ms[rows], errors=~batch.ok[rows],
+                        energies=batch.energy_j[rows])
         value = stats.to_dict()
-        with event_context(members[-1][0]):
+        wrote = time.thread_time()
+        key = f"{batch.classes[code]}|{kind_names[kind]}"
+        with event_context(batch.event(int(rows[-1]))):
             tumbling[key].apply(merge_stats, value)
             hopping[key].apply(merge_stats, value)
-    if batch and time.monotonic() - _last_sweep[0] > SWEEP_EVERY_S:
+        writing += time.thread_time() - wrote
+    if batch.rows and time.monotonic() - _last_sweep[0] > SWEEP_EVERY_S:
         _last_sweep[0] = time.monotonic()
-        removed = sweep_expired(batch[-1])
+        removed = sweep_expired(batch.event(batch.rows - 1))
         if removed:
             logger.info("swept %d expired windows", removed)
+    observability.inc(STAGE_CPU, writing, step="tables")
+    observability.inc(STAGE_CPU, time.thread_time() - began - writing, step="window")

@@ -13,7 +13,7 @@ op spec and variant that the runtime batches run as one batched call of up to
 executor waits ``executor_batch_wait_ms`` (0 by default) for more routes before running what it
 holds. Batches run routes out of fetch order, so a partition is committed only up to its first
 route not yet run. Metrics are gathered and published as one record of many rows (the metrics topic's
-batch form) every ``executor_metric_linger_ms`` or ``executor_metric_batch_rows`` rows, and
+columnar batch form, version 3) every ``executor_metric_linger_ms`` or ``executor_metric_batch_rows`` rows, and
 before every commit. The batch's offsets are committed once every record published for it is
 acknowledged (at the end of the batch, or sooner when a batch of slow ops has run for
 ``COMMIT_EVERY_S``). SIGTERM/SIGINT finish the op in hand, publish its records, commit up to
@@ -46,7 +46,7 @@ from app.records import (
     HeartbeatRecord,
     MetricRecord,
     ResultRecord,
-    metric_batch_bytes,
+    metric_columns_bytes,
 )
 from app.settings import Settings, get_settings
 from models.devices import DEVICE_CATALOG, DeviceSpec
@@ -417,7 +417,7 @@ class Executor:
         """Publish the gathered metric rows as one record (a lone row in the one-row form)."""
         if not self._metric_rows:
             return []
-        value = metric_batch_bytes(self._metric_rows)
+        value = metric_columns_bytes(self._metric_rows)
         self._metric_rows, self._metric_bytes = [], 0
         partition = await self._class_partition(producer, topics.METRICS)
         return [asyncio.create_task(self._send(producer, topics.METRICS, self.device_id,

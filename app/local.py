@@ -117,6 +117,12 @@ class LocalCluster:
         with urllib.request.urlopen(url, timeout=5) as response:
             return json.loads(response.read())
 
+    def api_text(self, path: str, web_port: int | None = None) -> str:
+        """GET a text document (``/metrics``) from the worker's web view."""
+        url = f"http://127.0.0.1:{web_port or self.web_port}{path}"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode("utf-8"))
+
     def wait_ready(self, proc: Proc, timeout_s: float = 120.0, web_port: int | None = None,
                    ) -> float:
         """Wait until the worker has its partitions and recovered its tables."""

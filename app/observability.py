@@ -32,6 +32,10 @@ HELP: dict[str, str] = {
     "switchyard_deadletters_total": "Messages rejected to switchyard.deadletter, by stage.",
     "switchyard_reroutes_total": "Workloads routed again after their device class died.",
     "switchyard_metrics_learned_total": "Execution metrics folded into cost models, by class.",
+    "switchyard_metric_rows_total": "Execution metrics (rows) the metric stage read, good or bad.",
+    "switchyard_metric_stage_cpu_seconds_total": (
+        "CPU time of the metric stage's steps (parse, window, learn, tables: the table "
+        "writes of window and learn), by step."),
     "switchyard_skipped_records_recovered_total": (
         "Input records the consumer skipped that a stage read back and processed, by stage."),
     "switchyard_model_error_ratio": "Median absolute relative error of a class's cost model "

@@ -12,6 +12,7 @@ import typing
 from typing import Any
 
 import faust
+import orjson
 
 
 class _Wire(faust.Record, serializer="json", include_metadata=False, abstract=True):
@@ -90,35 +91,155 @@ class MetricRecord(_Wire):
     energy_simulated: bool = False
 
 
-# The metrics topic's second form: many executions in one record, as an executor publishes what
-# it ran since its last flush (a few milliseconds, or up to ``executor_metric_batch_rows``).
-# A record with ``"version": 2`` carries its rows under ``"metrics"``; a record without a
-# ``version`` is one execution (the first form, still what a single row is published as).
+# The metrics topic's batch forms: many executions of one executor in one record, as it
+# publishes what it ran since its last flush (a few milliseconds, or up to
+# ``executor_metric_batch_rows``). A record without a ``version`` is one execution (the first
+# form, still what a single row is published as). ``"version": 2`` carries its rows as objects
+# under ``"metrics"``; ``"version": 3`` (what executors publish) carries them column-wise:
+#
+#   {"version": 3, "rows": n,
+#    "fields": {name: the value of every row, ...},
+#    "columns": {name: [n values], ...  or  name: {"values": [distinct], "index": [n ints]}}}
+#
+# Every field of a row is in ``fields`` or in ``columns``, not both; a column is a list of one
+# value per row, or dictionary-encoded (``values[index[i]]`` is row i's). Row i is
+# ``{**fields, name: column value i for each column}``: ``metric_rows`` rebuilds them.
 METRIC_BATCH_VERSION = 2
+METRIC_COLUMNS_VERSION = 3
+METRIC_VERSIONS = (METRIC_BATCH_VERSION, METRIC_COLUMNS_VERSION)
+MetricColumn = list[Any] | tuple[list[Any], list[int]]
 
 
 def metric_batch_bytes(rows: list[bytes]) -> bytes:
-    """The wire value of a batch of already-encoded metric rows (one row: the row itself)."""
+    """The version-2 wire value of a batch of already-encoded metric rows (one row: the row
+    itself)."""
     if len(rows) == 1:
         return rows[0]
     return b'{"version":%d,"metrics":[%s]}' % (METRIC_BATCH_VERSION, b",".join(rows))
 
 
+def metric_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The version-3 (columnar) value of metric rows that all have the same fields: a field
+    equal in every row goes to ``fields``; objects and lists (op, variant) are
+    dictionary-encoded; the rest are plain columns. ValueError when the rows' fields differ."""
+    names = list(rows[0])
+    if any(row.keys() != rows[0].keys() for row in rows):
+        raise ValueError("metric rows of one columnar record must have the same fields")
+    fields: dict[str, Any] = {}
+    columns: dict[str, Any] = {}
+    for name in names:
+        values = [row[name] for row in rows]
+        first = values[0]
+        kind = type(first)
+        if all(type(v) is kind and v == first for v in values):
+            fields[name] = first
+        elif kind is dict or kind is list:
+            keys: dict[bytes, int] = {}
+            distinct: list[Any] = []
+            index = []
+            for value in values:
+                key = orjson.dumps(value)
+                at = keys.get(key)
+                if at is None:
+                    at = keys[key] = len(distinct)
+                    distinct.append(value)
+                index.append(at)
+            columns[name] = {"values": distinct, "index": index}
+        else:
+            columns[name] = values
+    return {"version": METRIC_COLUMNS_VERSION, "rows": len(rows), "fields": fields,
+            "columns": columns}
+
+
+def metric_columns_bytes(rows: list[bytes]) -> bytes:
+    """The wire value of already-encoded metric rows in the columnar form (one row: the row
+    itself; rows whose fields differ: the version-2 form)."""
+    if len(rows) == 1:
+        return rows[0]
+    try:
+        return orjson.dumps(metric_columns([orjson.loads(row) for row in rows]))
+    except ValueError:
+        return metric_batch_bytes(rows)
+
+
+def check_metric_columns(data: dict[str, Any]) -> tuple[int, dict[str, Any],
+                                                        dict[str, MetricColumn]]:
+    """The parts of a version-3 value: its row count, its ``fields`` and its columns (a list of
+    one value per row, or ``(distinct values, index per row)``). ValueError naming what is
+    wrong with its structure."""
+    if set(data) != {"version", "rows", "fields", "columns"}:
+        raise ValueError('a columnar metric batch is {"version": 3, "rows": n, "fields": {...}, '
+                         '"columns": {...}} and nothing else')
+    rows, fields, columns = data["rows"], data["fields"], data["columns"]
+    if type(rows) is not int or rows < 1:
+        raise ValueError(f"metric batch rows {rows!r} is not a positive integer")
+    if not isinstance(fields, dict) or not isinstance(columns, dict):
+        raise ValueError("metric batch fields and columns must be objects")
+    both = fields.keys() & columns.keys()
+    if both:
+        raise ValueError(f"metric batch has {', '.join(sorted(both))} in both fields and columns")
+    out: dict[str, MetricColumn] = {}
+    for name, column in columns.items():
+        if isinstance(column, list):
+            if len(column) != rows:
+                raise ValueError(f"metric batch column {name} has {len(column)} values for "
+                                 f"{rows} rows")
+            out[name] = column
+            continue
+        if not (isinstance(column, dict) and column.keys() == {"values", "index"}
+                and isinstance(column["values"], list) and isinstance(column["index"], list)):
+            raise ValueError(f"metric batch column {name} is neither a list nor "
+                             '{"values": [...], "index": [...]}')
+        values, index = column["values"], column["index"]
+        if len(index) != rows:
+            raise ValueError(f"metric batch column {name} has {len(index)} indexes for "
+                             f"{rows} rows")
+        if index and (set(map(type, index)) != {int} or min(index) < 0
+                      or max(index) >= len(values)):
+            raise ValueError(f"metric batch column {name} has an index outside its "
+                             f"{len(values)} values")
+        out[name] = (values, index)
+    return rows, fields, out
+
+
+def column_values(column: MetricColumn) -> list[Any]:
+    """A column's value per row."""
+    if isinstance(column, list):
+        return column
+    values, index = column
+    return [values[i] for i in index]
+
+
 def metric_rows(data: dict[str, Any]) -> list[Any]:
     """The executions a decoded metrics value carries, one JSON object (or whatever the
-    producer put there) per execution, in either form: what a downstream reader of
+    producer put there) per execution, in any form: what a downstream reader of
     ``switchyard.metrics`` calls to see one row per execution. ValueError on a batch of an
-    unknown version or without a ``metrics`` list."""
+    unknown version or of the wrong structure."""
     if "version" not in data:
         return [data]
-    if data.get("version") != METRIC_BATCH_VERSION:
-        raise ValueError(f"metric batch version {data.get('version')!r} is not "
-                         f"{METRIC_BATCH_VERSION}")
+    version = data.get("version")
+    if version == METRIC_COLUMNS_VERSION:
+        count, fields, columns = check_metric_columns(data)
+        names = list(columns)
+        expanded = [column_values(columns[name]) for name in names]
+        return [{**fields, **dict(zip(names, values, strict=True))}
+                for values in zip(*expanded, strict=True)] if names else [
+                    dict(fields) for _ in range(count)]
+    if version != METRIC_BATCH_VERSION:
+        raise ValueError(f"metric batch version {version!r} is not one of "
+                         f"{', '.join(map(str, METRIC_VERSIONS))}")
     rows = data.get("metrics")
     if not isinstance(rows, list) or set(data) != {"version", "metrics"}:
         raise ValueError('a metric batch is {"version": 2, "metrics": [one object per '
                          'execution]} and nothing else')
     return rows
+
+
+def metric_count(data: dict[str, Any]) -> int:
+    """How many executions a decoded metrics value carries, without rebuilding its rows."""
+    if data.get("version") == METRIC_COLUMNS_VERSION and type(data.get("rows")) is int:
+        return int(data["rows"])
+    return len(metric_rows(data))
 
 
 class HeartbeatRecord(_Wire):

@@ -88,7 +88,9 @@ _DECODED = {"string": str, "object": dict, "list": list, "integer": int, "boolea
             "number": float}
 
 
-def _is_kind(value: Any, kind: str) -> bool:
+def is_kind(value: Any, kind: str) -> bool:
+    """Whether a decoded JSON value is of a field kind (string, object, list, integer, boolean,
+    number: finite, not a bool), as `check_fields` checks each field."""
     if kind == "string":
         return isinstance(value, str)
     if kind == "object":
@@ -152,5 +154,5 @@ def check_fields(data: dict[str, Any], what: str, required: dict[str, str],
             value: Any = data.get(name)
             if value is None and may_be_null:
                 continue
-            if not _is_kind(value, kind):
+            if not is_kind(value, kind):
                 raise ValueError(f"{what} {name} must be a {kind}, got {type(value).__name__}")

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.local import LocalCluster
-from app.records import metric_batch_bytes, metric_rows
+from app.records import metric_batch_bytes, metric_columns_bytes, metric_count
 from app.topics import class_partition
 from bench.common import (
     fmt,
@@ -48,9 +48,11 @@ WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench
 CPU_ROLES = ("worker", "executors", "broker", "load generator")
 METRIC_PARTITIONS = 4  # the settings' default metric_partitions
 METRIC_BATCH_MULTIPLE = 5  # the batch form's metrics, as a multiple of the one-row form's
-# Rows per metrics record: one execution a record, and an executor's batch under load (the
-# rows it ran within its linger, up to executor_metric_batch_rows).
-METRIC_FORMS = (1, 64)
+# Rows per metrics record and the record's form: one execution a record; an executor's batch
+# under load (the rows it ran within its linger, up to executor_metric_batch_rows) as row
+# objects (version 2) and column-wise (version 3, what executors publish).
+METRIC_FORMS: tuple[tuple[int, str], ...] = ((1, "row"), (64, "objects"), (64, "columns"))
+FORM_NAMES = {"row": "one row", "objects": "v2 row objects", "columns": "v3 columnar"}
 METRIC_CLASSES = ("sim-h100", "sim-l4", "sim-tpu-v5e", "sim-cpu-core", "torch-cpu-x86",
                   "jax-cpu-x86", "numpy-cpu-x86")
 METRIC_OPS = (
@@ -73,15 +75,18 @@ def synthetic_metric(i: int, rng: np.random.Generator) -> tuple[str, dict[str, A
         "started_at_ms": now, "finished_at_ms": now, "energy_j": None}
 
 
-def metric_records(count: int, rows_per_record: int) -> list[tuple[str, bytes, int]]:
+def metric_records(count: int, rows_per_record: int,
+                   form: str = "objects") -> list[tuple[str, bytes, int]]:
     """``count`` metrics as (device class, wire value, rows) records of up to
-    ``rows_per_record`` rows of one class each (an executor's batch form; 1: a record each)."""
+    ``rows_per_record`` rows of one class each (an executor's batch form, version 2 row
+    objects or version 3 ``"columns"``; 1: a record each)."""
+    encode = metric_columns_bytes if form == "columns" else metric_batch_bytes
     rng = np.random.default_rng(0)
     by_class: dict[str, list[bytes]] = {}
     for i in range(count):
         device_class, record = synthetic_metric(i, rng)
         by_class.setdefault(device_class, []).append(json.dumps(record).encode())
-    return [(device_class, metric_batch_bytes(rows[i:i + rows_per_record]),
+    return [(device_class, encode(rows[i:i + rows_per_record]),
              len(rows[i:i + rows_per_record]))
             for device_class, rows in by_class.items()
             for i in range(0, len(rows), rows_per_record)]
@@ -122,8 +127,8 @@ async def committed(group: str, metrics_topic: str) -> int:
 
 
 async def raw_consumer_rate(metrics_topic: str, records: int) -> float:
-    """Rows/s of a bare aiokafka consumer (getmany + json.loads, rows counted) reading the
-    topic's ``records`` records."""
+    """Rows/s of a bare aiokafka consumer (getmany + json.loads, rows counted, not rebuilt:
+    app.records.metric_count) reading the topic's ``records`` records."""
     consumer = AIOKafkaConsumer(bootstrap_servers=BROKER, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 max_partition_fetch_bytes=8 * 1024 * 1024)
@@ -136,25 +141,27 @@ async def raw_consumer_rate(metrics_topic: str, records: int) -> float:
             batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
             for messages in batch.values():
                 for message in messages:
-                    rows += len(metric_rows(json.loads(message.value)))
+                    rows += metric_count(json.loads(message.value))
                     seen += 1
         return rows / (time.monotonic() - started)
     finally:
         await consumer.stop()
 
 
-def metric_path(count: int, rows_per_record: int) -> dict[str, Any]:
+def metric_path(count: int, rows_per_record: int, form: str = "objects") -> dict[str, Any]:
     """Window + learn throughput of one worker against the raw consumer, same topic, in rows
-    (executions) per second, with ``rows_per_record`` rows in each metrics record."""
+    (executions) per second, with ``rows_per_record`` rows in each metrics record of ``form``
+    (`METRIC_FORMS`)."""
     local = LocalCluster.isolated(WORKDIR / uuid.uuid4().hex[:8], broker=BROKER)
     metrics_topic = topic(local.namespace, "metrics")
-    records = metric_records(count, rows_per_record)
+    records = metric_records(count, rows_per_record, form)
     rows_each = count / len(records)  # the committed offsets count records
     produce_rate = asyncio.run(produce_metrics(metrics_topic, records))
     worker = local.start_worker()
     samples: list[tuple[float, int]] = []
     try:
         local.wait_ready(worker, 240)
+        cpu_before = cpu_seconds({"worker": [worker.popen.pid]})["worker"]
         deadline = time.monotonic() + max(120.0, count / 200.0)
         while time.monotonic() < deadline:
             done = asyncio.run(committed(local.app_id, metrics_topic))
@@ -162,20 +169,52 @@ def metric_path(count: int, rows_per_record: int) -> dict[str, Any]:
             if done >= len(records):
                 break
             time.sleep(0.2)
-        models = local.api("/api/models")
+        worker_cpu_s = cpu_seconds({"worker": [worker.popen.pid]})["worker"] - cpu_before
+        steps = stage_cpu(local.api_text("/metrics"))
+        # The global models table (what /api/models serves) trails the class tables the
+        # learn stage writes: wait, up to 30 s, for it to count every row.
+        settle = time.monotonic() + 30.0
+        while True:
+            models = local.api("/api/models")
+            if learned_rows(models) >= count or time.monotonic() > settle:
+                break
+            time.sleep(0.5)
     finally:
         local.stop()
     raw = asyncio.run(raw_consumer_rate(metrics_topic, len(records)))
     record_rate = slope(samples, 0.1 * len(records), 0.9 * len(records))
     rate = record_rate * rows_each if record_rate else None
-    listed = models.get("models", []) if isinstance(models, dict) else models
-    learned = sum(int(m.get("samples", 0)) for m in listed if isinstance(m, dict))
-    return {"metrics": count, "rows_per_record": rows_per_record, "records": len(records),
+    learned = learned_rows(models)
+    return {"metrics": count, "rows_per_record": rows_per_record, "form": form,
+            "records": len(records), "broker": BROKER,
+            # The CPUs this process (and so the worker it starts) may run on.
+            "cpus": sorted(os.sched_getaffinity(0)),
             "produce_rate_per_s": produce_rate, "worker_rate_per_s": rate,
             "worker_records_per_s": record_rate, "raw_consumer_rate_per_s": raw,
             "ratio_worker_to_raw": rate / raw if rate and raw else None,
             "committed": samples[-1][1] if samples else 0, "learned_samples": learned,
+            # CPU time per row: the worker process's from ready to the last commit (Faust and
+            # the consumer included), and the metric stage's own steps (their counters).
+            "worker_cpu_us_per_row": 1e6 * worker_cpu_s / count,
+            "step_cpu_us_per_row": {step: 1e6 * seconds / count
+                                    for step, seconds in steps.items()},
             "offsets_over_time": [(t - samples[0][0], n * rows_each) for t, n in samples]}
+
+
+def learned_rows(models: Any) -> int:
+    """The samples of every class's model in an /api/models answer."""
+    listed = models.get("models", []) if isinstance(models, dict) else models
+    return sum(int(m.get("samples", 0)) for m in listed if isinstance(m, dict))
+
+
+def stage_cpu(exposition: str) -> dict[str, float]:
+    """The metric stage's CPU seconds per step from a /metrics exposition."""
+    out = {}
+    for line in exposition.splitlines():
+        if line.startswith("switchyard_metric_stage_cpu_seconds_total{"):
+            step = line.split('step="', 1)[1].split('"', 1)[0]
+            out[step] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def slope(samples: list[tuple[float, int]], low: float, high: float) -> float | None:
@@ -271,19 +310,22 @@ def plot(results: dict[str, Any], out_dir: Path) -> Path:
     for form in results["metric_path"]:
         points = form["offsets_over_time"]
         ax1.plot([t for t, _ in points], [n for _, n in points], marker=".",
-                 label=f"{form['rows_per_record']} row(s)/record: worker "
+                 label=f"{FORM_NAMES[form.get('form', 'objects')]}, "
+                       f"{form['rows_per_record']} row(s)/record: worker "
                        f"{fmt(form['worker_rate_per_s'], '.0f')}/s, raw "
                        f"{fmt(form['raw_consumer_rate_per_s'], '.0f')}/s")
     ax1.set_xlabel("s since the first sample")
     ax1.set_ylabel("metric rows committed (window + learn)")
     ax1.set_title("metric path, rows per second")
     ax1.legend(fontsize=7)
-    loads = results["decide_path"]["loads"]
-    offered = [v["offered_per_s"] for v in loads.values()]
+    # By offered load: a JSON round trip (a rerun of the metric part alone) sorts the keys
+    # as strings.
+    loads = sorted(results["decide_path"]["loads"].values(), key=lambda v: v["offered_per_s"])
+    offered = [v["offered_per_s"] for v in loads]
     for stat in ("p50", "p99"):
-        ax2.plot(offered, [v["decision_latency_ms"][stat] for v in loads.values()], marker="o",
+        ax2.plot(offered, [v["decision_latency_ms"][stat] for v in loads], marker="o",
                  label=f"decision {stat}")
-        ax2.plot(offered, [v["kafka_overhead_ms"][stat] for v in loads.values()], marker="s",
+        ax2.plot(offered, [v["kafka_overhead_ms"][stat] for v in loads], marker="s",
                  linestyle="--", label=f"Kafka round trip {stat}")
     ax2.set_xlabel("offered workloads/s")
     ax2.set_ylabel("ms")
@@ -299,23 +341,50 @@ def report(results: dict[str, Any], quick: bool) -> str:
     parts = [section_header("Pipeline throughput and latency", command, results["machine"],
                             quick)]
     parts.append(
-        f"**Metric path.** {' and '.join(str(m['metrics']) for m in forms)} synthetic "
+        f"**Metric path.** {', '.join(str(m['metrics']) for m in forms[:-1])}"
+        f"{' and ' if len(forms) > 1 else ''}{forms[-1]['metrics']} synthetic "
         f"metrics ({len(METRIC_CLASSES)} classes, {METRIC_PARTITIONS} partitions) waiting in the "
         "topic when a fresh worker starts, as one record per execution and in the metrics "
-        "topic's batch form "
-        "(docs/contract.md: rows of one class per record, as an executor publishes what it ran "
-        "within its linger). The worker's rate is the slope of its consumer group's committed "
-        "offsets from 10 % to 90 % (both the window and the learn stage have processed what is "
-        "committed), in rows (executions) per second; the raw rate is one aiokafka consumer "
-        "(`getmany` + `json.loads`, rows counted) reading the same topic afterwards."
-        + (f" Measured {forms[0]['measured_at']}." if forms[0].get("measured_at") else ""))
+        "topic's two batch forms, row objects (version 2) and column-wise (version 3, what "
+        "executors publish; docs/contract.md: rows of one class per record, as an executor "
+        "publishes what it ran within its linger). The worker's rate is the slope of its "
+        "consumer group's committed offsets from 10 % to 90 % (both the window and the learn "
+        "stage have processed what is committed), in rows (executions) per second; the raw "
+        "rate is one aiokafka consumer (`getmany` + `json.loads`, rows counted) reading the "
+        "same topic afterwards. CPU µs per row: the worker process's (Faust and its consumer "
+        "included), and the metric stage's steps (parse, window, learn; tables: the window "
+        "and model table writes) from its counters at /metrics. Rows learned: the samples of "
+        "the global models table (what deciders read), read once it counts every row or 30 s "
+        "after the last offset was committed (it trails the class tables the stage writes)."
+        + (f" The worker and the raw consumer ran on CPU {forms[0]['cpus']} (taskset) against "
+           f"the broker at {forms[0]['broker']}; other work on the machine may have shared "
+           "it, so compare the ratios of one run." if forms[0].get("cpus") else "")
+        + (f" Measured {forms[0]['measured_at']}." if forms[0].get("measured_at") else "")
+        + " Rerun alone with `SWITCHYARD_BENCH_PARTS=metric switchyard bench pipeline` (the "
+        "decide part's figures are kept).")
+    by_form = {m.get("form"): m for m in forms}
+    if "columns" in by_form and "objects" in by_form:
+        columnar, objects = by_form["columns"], by_form["objects"]
+        if columnar.get("worker_rate_per_s") and objects.get("raw_consumer_rate_per_s"):
+            parts.append(
+                "The columnar form makes the raw consumer faster too (it decodes a sixth of the "
+                "bytes): against the raw consumer of the row-object form, in the same run, the "
+                "worker on columnar records does "
+                f"{columnar['worker_rate_per_s'] / objects['raw_consumer_rate_per_s']:.3f}× "
+                f"({fmt(columnar['worker_rate_per_s'], '.0f')} ÷ "
+                f"{fmt(objects['raw_consumer_rate_per_s'], '.0f')} rows/s).")
     parts.append(markdown_table(
-        ["rows / record", "worker (window + learn)", "raw aiokafka consumer", "worker ÷ raw",
-         "worker records /s", "producer", "rows learned"],
-        [[f"{m['rows_per_record']}", fmt(m["worker_rate_per_s"], ".0f") + " rows/s",
+        ["form", "rows / record", "worker (window + learn)", "raw aiokafka consumer",
+         "worker ÷ raw", "worker records /s", "producer", "rows learned",
+         "worker CPU µs/row", "parse / window / learn / tables µs/row"],
+        [[FORM_NAMES[m.get("form", "objects" if m["rows_per_record"] > 1 else "row")],
+          f"{m['rows_per_record']}", fmt(m["worker_rate_per_s"], ".0f") + " rows/s",
           fmt(m["raw_consumer_rate_per_s"], ".0f") + " rows/s",
           fmt(m["ratio_worker_to_raw"], ".3f"), fmt(m["worker_records_per_s"], ".0f"),
-          fmt(m["produce_rate_per_s"], ".0f") + " rows/s", fmt(m["learned_samples"], "d")]
+          fmt(m["produce_rate_per_s"], ".0f") + " rows/s", fmt(m["learned_samples"], "d"),
+          fmt(m.get("worker_cpu_us_per_row"), ".1f"),
+          " / ".join(fmt(m.get("step_cpu_us_per_row", {}).get(step), ".2f")
+                     for step in ("parse", "window", "learn", "tables"))]
          for m in forms]))
     d = results["decide_path"]
     parts.append(
@@ -357,14 +426,15 @@ def run(quick: bool, out_dir: Path) -> int:
         results = {**json.loads(previous.read_text()), "machine": info, "quick": quick}
     if not parts or "metric" in parts:
         metric = []
-        for rows_per_record in METRIC_FORMS:
+        for rows_per_record, form_name in METRIC_FORMS:
             # Batch records go ~10x faster: more of them, so that the slope spans several of
             # the worker's 1 s offset commits.
             form = metric_path(count * (METRIC_BATCH_MULTIPLE if rows_per_record > 1 else 1),
-                               rows_per_record)
+                               rows_per_record, form_name)
             form["measured_at"] = now_utc()
             metric.append(form)
-            print(f"[pipeline] metric path, {rows_per_record} row(s)/record: worker "
+            print(f"[pipeline] metric path, {FORM_NAMES[form_name]}, {rows_per_record} "
+                  f"row(s)/record: worker "
                   f"{fmt(form['worker_rate_per_s'], '.0f')} rows/s, raw "
                   f"{fmt(form['raw_consumer_rate_per_s'], '.0f')} rows/s", flush=True)
         results["metric_path"] = metric

@@ -332,17 +332,51 @@ class CostModel:
         batch = validate_rows(rows)
         if not batch:
             return
-        X = np.stack([self.features(op, variant) for op, variant, _, _ in batch])
-        y = np.log([r[2] for r in batch])
-        mu, _ = self.time.update(X, y)
+        pairs: dict[tuple[OpSpec, Variant], int] = {}
+        index = np.fromiter((pairs.setdefault((op, variant), len(pairs))
+                             for op, variant, _, _ in batch), dtype=np.intp, count=len(batch))
+        self.learn_indexed(
+            list(pairs), index, np.array([r[2] for r in batch], dtype=np.float64),
+            np.array([np.nan if r[3] is None else r[3] for r in batch], dtype=np.float64))
+
+    def learn_indexed(
+        self,
+        pairs: Sequence[tuple[OpSpec, Variant]],
+        index: np.ndarray,
+        exec_ms: np.ndarray,
+        energy_j: np.ndarray | None = None,
+    ) -> None:
+        """Learn a batch given column-wise, as the metric stage holds it: the batch's distinct
+        ``(op, variant)`` pairs, and per row the index of its pair, its exec ms and its joules
+        (NaN, or <= 0: not measured). The same result as `learn_many` on the rows, with the
+        features built and the d x d work done once per distinct pair, not per row.
+
+        Raises ValueError (before any change) for a negative or non-finite exec time.
+        """
+        index = np.asarray(index, dtype=np.intp)
+        times = np.asarray(exec_ms, dtype=np.float64)
+        if index.shape != times.shape or index.ndim != 1:
+            raise ValueError("index and exec_ms must be 1-d and aligned")
+        bad = np.flatnonzero(~(np.isfinite(times) & (times >= 0.0)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"row {i}: exec_ms must be finite and >= 0, got {times[i]}")
+        if not times.size:
+            return
+        X = np.stack([self.features(op, variant) for op, variant in pairs])
+        y = np.log(np.maximum(times, MIN_EXEC_MS))
+        mu, _ = self.time.update(X, y, index=index)
         self.errors.add_many(np.exp(mu), np.exp(y))
-        measured = [i for i, r in enumerate(batch) if r[3] is not None]
-        if measured:
-            if self.energy is None:
-                self.energy = self._new_energy_regression()
-            ye = np.log(np.array([batch[i][3] for i in measured], dtype=np.float64))
-            e_mu, _ = self.energy.update(X[measured], ye)
-            self.energy_errors.add_many(np.exp(e_mu), np.exp(ye))
+        if energy_j is not None:
+            energy = np.asarray(energy_j, dtype=np.float64)
+            with np.errstate(invalid="ignore"):
+                measured = np.flatnonzero(np.isfinite(energy) & (energy > 0.0))
+            if measured.size:
+                if self.energy is None:
+                    self.energy = self._new_energy_regression()
+                ye = np.log(energy[measured])
+                e_mu, _ = self.energy.update(X, ye, index=index[measured])
+                self.energy_errors.add_many(np.exp(e_mu), np.exp(ye))
         self._version += 1
 
     def error_summary(self) -> dict[str, float | int | None]:

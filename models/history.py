@@ -15,12 +15,12 @@ benchmark and the contract tests.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from models.costmodel import Prediction, Row, validate_rows
+from models.costmodel import MIN_EXEC_MS, Prediction, Row, validate_rows
 from models.ops import OpSpec, Variant
 from models.priors import prior_for_class
 from models.regression import ErrorTracker
@@ -136,6 +136,66 @@ class HistoryModel:
         """Record a batch of one class's executions."""
         for op, variant, exec_ms, energy_j in validate_rows(rows):
             self.observe(device_class, op, variant, exec_ms, energy_j)
+
+    def observe_indexed(
+        self,
+        device_class: str,
+        pairs: Sequence[tuple[OpSpec, Variant]],
+        index: np.ndarray,
+        exec_ms: np.ndarray,
+        energy_j: np.ndarray | None = None,
+    ) -> None:
+        """Record a batch of one class's executions given column-wise (as
+        `models.costmodel.CostModel.learn_indexed` takes it): each distinct pair's rows are
+        folded into its entry at once (Chan et al.'s merge of count, mean and squared
+        deviations: the sequential Welford result, to rounding), entries in the order of
+        their last row, so recency is as if the rows came one by one. Times are read as
+        `validate_rows` reads them (ValueError before any change for a bad one)."""
+        index = np.asarray(index, dtype=np.intp)
+        times = np.asarray(exec_ms, dtype=np.float64)
+        bad = np.flatnonzero(~(np.isfinite(times) & (times >= 0.0)))
+        if bad.size:
+            raise ValueError(f"row {int(bad[0])}: exec_ms must be finite and >= 0, "
+                             f"got {times[int(bad[0])]}")
+        if not times.size:
+            return
+        times = np.maximum(times, MIN_EXEC_MS)
+        energy = (np.full(times.size, np.nan) if energy_j is None
+                  else np.asarray(energy_j, dtype=np.float64))
+        with np.errstate(invalid="ignore"):
+            measured = np.isfinite(energy) & (energy > 0.0)
+        last_row = np.full(len(pairs), -1)
+        last_row[index] = np.arange(index.size)  # the last assignment to an index wins
+        by_pair = np.argsort(index, kind="stable")
+        ends = np.cumsum(np.bincount(index, minlength=len(pairs)))
+        for at in np.argsort(last_row, kind="stable"):
+            if last_row[at] < 0:
+                continue
+            rows = by_pair[(ends[at - 1] if at else 0):ends[at]]
+            x = times[rows]
+            op, variant = pairs[int(at)]
+            key = _key(device_class, op, variant)
+            entry = self.entries.pop(key, None)
+            if entry is None:
+                entry = [0.0, 0.0, 0.0, op.bytes_moved(variant.precision), 0.0, 0.0]
+                while len(self.entries) >= self.max_entries:
+                    oldest = next(iter(self.entries))
+                    self._laws.pop(_group(oldest), None)
+                    del self.entries[oldest]
+            n_a, n_b = entry[0], float(x.size)
+            mean_b = float(x.mean())
+            delta = mean_b - entry[1]
+            total = n_a + n_b
+            entry[1] += delta * n_b / total
+            entry[2] += float(np.square(x - mean_b).sum()) + delta * delta * n_a * n_b / total
+            entry[0] = total
+            e = energy[rows[measured[rows]]]
+            if e.size:
+                entry[4] += e.size
+                entry[5] += (float(e.mean()) - entry[5]) * e.size / entry[4]
+            self.entries[key] = entry
+            self._laws.pop(_group(key), None)
+        self.version += int(times.size)
 
     # -- queries ---------------------------------------------------------------------------
     def count(self, device_class: str, op: OpSpec, variant: Variant) -> int:

@@ -200,7 +200,8 @@ class WindowStats:
             self.min_ms = low if self.min_ms is None else min(self.min_ms, low)
             self.max_ms = high if self.max_ms is None else max(self.max_ms, high)
         if energies is not None:
-            raw = [np.nan if e is None else e for e in energies]
+            raw = energies if isinstance(energies, np.ndarray) else [
+                np.nan if e is None else e for e in energies]
             energy = np.asarray(raw, dtype=np.float64).ravel()
             if energy.size != lat.size:
                 raise ValueError("energies must align with latencies")

@@ -22,6 +22,8 @@ from app.records import (
     ResultRecord,
     RouteRecord,
     metric_batch_bytes,
+    metric_columns_bytes,
+    metric_rows,
 )
 from models.ops import SPEC_CLASSES, parse_op
 from models.traces import synthetic_trace
@@ -161,6 +163,13 @@ def test_records_as_the_stages_write_them_validate() -> None:
     batch = json.loads(metric_batch_bytes([json.dumps(metric).encode()] * 3))
     assert batch == {"version": 2, "metrics": [metric] * 3} and valid("metrics", batch)
     assert not valid("metrics", {"version": 3, "metrics": [metric]})
+    # The columnar form (version 3), as executors publish it: valid, and its rows are.
+    rows = [{**metric, "workload_id": f"w{i}", "exec_ms": 0.1 * i} for i in range(3)]
+    columns = json.loads(metric_columns_bytes([json.dumps(r).encode() for r in rows]))
+    assert columns["version"] == 3 and valid("metrics", columns)
+    assert all(valid("metrics", r) for r in metric_rows(columns))
+    assert not valid("metrics", {**columns, "rows": 0})
+    assert not valid("metrics", {**columns, "columns": {"exec_ms": {"values": [1.0]}}})
     assert not valid("metrics", {"version": 2, "metrics": [{**metric, "exec_ms": "1"}]})
     # A workload of a batched call (dynamic batching): its share, the call's time and size.
     assert metric["batch_size"] == 1 and metric["batch_exec_ms"] is None
@@ -275,7 +284,8 @@ def test_a_metric_batch_is_parsed_row_by_row_and_a_bad_row_is_refused_alone() ->
     assert "metric 1 of a batch of 3" in bad[0][2] and "exec_ms" in bad[0][2]
     assert metric_rows({"version": 2, "metrics": rows}) == rows
     assert metric_rows(_metric()) == [_metric()]
-    for refused, reason in (({"version": 3, "metrics": rows}, "version 3"),
+    for refused, reason in (({"version": 9, "metrics": rows}, "version 9"),
+                            ({"version": 3, "metrics": rows}, "columnar metric batch is"),
                             ({"version": 2, "metrics": {}}, "nothing else"),
                             ({"version": 2, "metrics": rows, "x": 1}, "nothing else")):
         with pytest.raises(ValueError, match=reason):

@@ -62,16 +62,20 @@ def test_metric_records_carry_every_row_once_in_records_of_one_class() -> None:
     """The pipeline bench's batch form: records of one class, up to N rows, nothing lost."""
     import orjson
 
-    from app.records import metric_rows
+    from app.records import metric_count, metric_rows
     from bench.pipeline import metric_records
 
-    for per_record in (1, 64):
-        records = metric_records(1000, per_record)
+    for per_record, form in ((1, "objects"), (64, "objects"), (64, "columns")):
+        records = metric_records(1000, per_record, form)
         ids = []
         for device_class, value, rows in records:
             decoded = metric_rows(orjson.loads(value))
             assert len(decoded) == rows <= per_record
+            assert metric_count(orjson.loads(value)) == rows
             assert {row["device_class"] for row in decoded} == {device_class}
             ids += [row["workload_id"] for row in decoded]
         assert sorted(ids) == sorted(f"m{i}" for i in range(1000))
         assert (per_record == 1) == all(b'"version"' not in v for _, v, _ in records)
+        if per_record > 1:
+            version = 3 if form == "columns" else 2
+            assert all(orjson.loads(v)["version"] == version for _, v, _ in records)

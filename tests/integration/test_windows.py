@@ -12,6 +12,7 @@ import time
 import pytest
 
 from app.local import LocalCluster
+from app.records import metric_columns
 from tests.integration.kafka_io import consume_until, produce
 
 pytestmark = pytest.mark.kafka
@@ -76,30 +77,43 @@ def test_windows_aggregate_and_expired_windows_go_after_a_restart(broker, tmp_pa
 
 
 def test_a_metric_batch_is_windowed_and_learned_row_by_row(broker, tmp_path):
-    """The metrics topic's batch form (docs/contract.md): every good row of a batch is windowed
-    and learned; a bad row is dead-lettered alone, with its own bytes; a batch of an unknown
-    version is dead-lettered whole."""
+    """The metrics topic's batch forms (docs/contract.md): every good row of a batch, row
+    objects or columnar, is windowed and learned; a bad row is dead-lettered alone, with its
+    own bytes; a batch of an unknown version is dead-lettered whole."""
     cluster = LocalCluster.isolated(tmp_path, broker=broker)
     ns = cluster.namespace
     rows = [metric("batch-cpu", i, float(i + 1)) for i in range(4)]
     rows[1]["exec_ms"] = "slow"
+    columnar = [metric("columns-cpu", i, float(i + 1)) for i in range(5)]
+    columnar[3]["exec_ms"] = -2.0
+    columns = metric_columns(columnar)
     try:
         worker = cluster.start_worker()
         cluster.wait_ready(worker)
         asyncio.run(produce(broker, f"{ns}switchyard.metrics", [
             ("batch-cpu-0", {"version": 2, "metrics": rows}),
-            ("batch-cpu-0", {"version": 9, "metrics": rows})]))
+            ("batch-cpu-0", {"version": 9, "metrics": rows}),
+            ("columns-cpu-0", columns)]))
         assert wait_for(lambda: sum(w["count"] for w in windows(cluster, "batch-cpu")
                                     if w["window"] == "tumbling") == 3)
         learned = wait_for(lambda: [m for m in cluster.api("/api/models")["models"]
                                     if m.get("device_class") == "batch-cpu"])
         assert learned[0]["samples"] == 3
+        assert wait_for(lambda: sum(w["count"] for w in windows(cluster, "columns-cpu")
+                                    if w["window"] == "tumbling") == 4)
+        assert wait_for(lambda: [m for m in cluster.api("/api/models")["models"]
+                                 if m.get("device_class") == "columns-cpu"
+                                 and m.get("samples") == 4])
         dead = asyncio.run(consume_until(broker, f"{ns}switchyard.deadletter",
-                                         lambda m: len(m) >= 2, timeout_s=30))
+                                         lambda m: len(m) >= 3, timeout_s=30))
         by_reason = {d["value"]["reason"]: d["value"] for d in dead}
         [row_reason] = [r for r in by_reason if "metric 1 of a batch of 4" in r]
         assert "exec_ms" in row_reason and by_reason[row_reason]["stage"] == "learn"
         assert json.loads(base64.b64decode(by_reason[row_reason]["raw_b64"])) == rows[1]
+        [column_reason] = [r for r in by_reason if "metric 3 of a batch of 5" in r]
+        assert "exec_ms -2.0 is not a non-negative number" in column_reason
+        assert json.loads(base64.b64decode(by_reason[column_reason]["raw_b64"])) == columnar[3]
+        assert len(dead) == 3  # each refusal once
         [version_reason] = [r for r in by_reason if "version 9" in r]
         assert json.loads(base64.b64decode(by_reason[version_reason]["raw_b64"]))["version"] == 9
     finally:

@@ -14,6 +14,7 @@ see one backlog, a few hundred milliseconds old for the others' part (agents/sta
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,14 +44,33 @@ class Held:
     routed_at: dict[float, int] = field(default_factory=dict)
     # When a held workload was last seen to finish (None: not since the last rebuild).
     released_ms: float | None = None
+    # The times of ``routed_at`` as a heap (entries whose count fell to zero are dropped when
+    # they reach the top): the oldest in O(log n), where a scan of thousands of in-flight
+    # routing times per decision made a burst quadratic.
+    _times: list[float] = field(default_factory=list, repr=False, compare=False)
+
+    def route(self, at: float, sign: int) -> None:
+        """Count one workload routed at ``at`` in (sign 1) or out (sign -1)."""
+        left = self.routed_at.get(at, 0) + sign
+        if left > 0:
+            if at not in self.routed_at:
+                heapq.heappush(self._times, at)
+            self.routed_at[at] = left
+        else:
+            self.routed_at.pop(at, None)
+            if len(self._times) > 2 * len(self.routed_at) + 64:  # dropped times pile up
+                self._times = sorted(self.routed_at)
 
     def working_since_ms(self) -> float | None:
         """Since when the device has been working through what it holds, at the latest: the
         later of the oldest held workload's routing and the last completion seen (before
         that it was busy with work since released). None: nothing held, or not known."""
-        if not self.routed_at:
+        times = self._times
+        while times and times[0] not in self.routed_at:
+            heapq.heappop(times)
+        if not times:
             return None
-        oldest = min(self.routed_at)
+        oldest = times[0]
         return oldest if self.released_ms is None else max(oldest, self.released_ms)
 
     def as_dict(self) -> dict[str, float]:
@@ -72,6 +92,11 @@ class Backlog:
         self._log_pace: dict[str, float] = {}
         # The other workers' fresh shares, summed per class (``set_others``).
         self._others: dict[str, Held] = {}
+        # How often each class's lanes changed (and rebuilds): what a derived view of the
+        # lanes (models/dispatch.py) is valid for, and that view's memo.
+        self._lane_changes: dict[str, int] = {}
+        self._epoch = 0
+        self.lane_memo: dict[str, tuple[Any, Any]] = {}
 
     def add(self, device_class: str, ms: float, count: int = 1) -> None:
         """Charge (or, with negative numbers, release) work to a class; never below zero."""
@@ -94,16 +119,13 @@ class Backlog:
         self.add(device_class, sign * charge_of(entry), sign)
         lane = entry.get("route_partition")
         if isinstance(lane, int) and not isinstance(lane, bool):
+            self._lane_changes[device_class] = self._lane_changes.get(device_class, 0) + 1
             held = self._lanes.setdefault((device_class, lane), Held())
             held.ms = max(0.0, held.ms + sign * charge_of(entry))
             held.count = max(0, held.count + sign)
             at = entry.get("decided_at_ms")
             if isinstance(at, int | float) and not isinstance(at, bool):
-                left = held.routed_at.get(float(at), 0) + sign
-                if left > 0:
-                    held.routed_at[float(at)] = left
-                else:
-                    held.routed_at.pop(float(at), None)
+                held.route(float(at), sign)
             if sign < 0 and now_ms is not None:
                 held.released_ms = now_ms
 
@@ -111,10 +133,15 @@ class Backlog:
         """This worker's work routed to one partition of a class's route topic."""
         return self._lanes.get((device_class, partition)) or Held()
 
+    def lanes_version(self, device_class: str) -> tuple[int, int]:
+        """Changes whenever a lane of ``device_class`` does."""
+        return self._epoch, self._lane_changes.get(device_class, 0)
+
     def rebuild(self, entries: Iterable[Mapping[str, Any] | None]) -> None:
         """Start again from the given in-flight entries (the worker's partitions changed)."""
         self._held = {}
         self._lanes = {}
+        self._epoch += 1
         for entry in entries:
             if entry and entry.get("device_class"):
                 self.add_entry(entry)
@@ -139,6 +166,10 @@ class Backlog:
     def set_others(self, others: Mapping[str, Held]) -> None:
         """The other workers' work per class (``merge_shares``), counted in every wait."""
         self._others = dict(others)
+
+    def others_of(self, device_class: str) -> Held | None:
+        """The other workers' work on one class as last set."""
+        return self._others.get(device_class)
 
     def others(self) -> dict[str, dict[str, float]]:
         """The other workers' work per class as last set."""

@@ -231,6 +231,10 @@ class CostModel:
         self.energy_errors = ErrorTracker()
         self._version = 0
         self._cache: dict[tuple[OpSpec, Variant], np.ndarray] = {}
+        # Predictions of this exact learned state (a decider's model is a frozen copy of one
+        # stored version and sees the same layer shapes again and again); cleared by learning.
+        self._predictions: dict[tuple[OpSpec, Variant], Prediction] = {}
+        self._predicted_state: tuple[int, int, int] = (-1, -1, -1)
 
     @classmethod
     def for_class(cls, device_class: str, **options: Any) -> CostModel:
@@ -286,6 +290,19 @@ class CostModel:
 
     def predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
         """Predicted time (and energy, once measured) with uncertainty."""
+        state = (self._version, self.time.rows, self.energy_samples)
+        if state != self._predicted_state:
+            self._predictions = {}
+            self._predicted_state = state
+        key = (op, variant)
+        cached = self._predictions.get(key)
+        if cached is None:
+            if len(self._predictions) >= self.FEATURE_CACHE_SIZE:
+                self._predictions.clear()
+            cached = self._predictions[key] = self._predict_one(op, variant)
+        return cached
+
+    def _predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
         x = self.features(op, variant)
         mu, param_var, noise = self.time.moments(x)
         var = param_var + noise

@@ -25,7 +25,21 @@ def _least_loaded(backlog: Backlog, view: ClassView,
                   per_workload_ms: float) -> tuple[float, int, int, float | None] | None:
     """(routed ms, routed workloads, partition, when its oldest held workload was routed) of
     the class's least-loaded device: the one whose routed ms plus its workloads' dispatch
-    overhead is least (ties: the first device), and its least-loaded partition."""
+    overhead is least (ties: the first device), and its least-loaded partition.
+
+    Remembered until the class's lanes or its devices' partitions change: a decision reads
+    it for every live class, and only the class it routes to changes."""
+    token = (backlog.lanes_version(view.device_class), view.route_partitions, per_workload_ms)
+    memo = backlog.lane_memo.get(view.device_class)
+    if memo is not None and memo[0] == token:
+        return memo[1]
+    found = _scan(backlog, view, per_workload_ms)
+    backlog.lane_memo[view.device_class] = (token, found)
+    return found
+
+
+def _scan(backlog: Backlog, view: ClassView,
+          per_workload_ms: float) -> tuple[float, int, int, float | None] | None:
     best: tuple[float, tuple[float, int, int, float | None]] | None = None
     for _, partitions in view.route_partitions:
         if not partitions:
@@ -73,7 +87,8 @@ def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0
         # slower than its model (pace) or than the clock says is never taken for idle.
         overhead = max(0.0, overhead - max(0.0, now_ms - oldest))
     own = routed_ms * pace + overhead
-    others = backlog.others().get(view.device_class, {})
+    others = backlog.others_of(view.device_class)
+    if others is None:
+        return own
     instances = max(view.live_instances, 1)
-    return own + (others.get("ms", 0.0) * pace
-                  + others.get("count", 0.0) * per_workload_ms) / instances
+    return own + (others.ms * pace + others.count * per_workload_ms) / instances

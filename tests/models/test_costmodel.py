@@ -294,3 +294,13 @@ def test_regression_rejects_bad_shapes_and_values() -> None:
         reg.update(np.ones((1, 3)), np.array([np.nan]))
     with pytest.raises(ValueError):
         BayesLinReg(np.zeros(3), np.zeros(3), 0.5)
+
+
+def test_remembered_predictions_are_dropped_when_the_model_learns() -> None:
+    model = CostModel.for_class("sim-h100")
+    op, variant = parse_op({"kind": "matmul", "m": 256, "k": 256, "n": 256}), Variant("fp32")
+    cold = model.predict_one(op, variant)
+    assert model.predict_one(op, variant) is cold  # remembered for this learned state
+    model.learn_one(op, variant, 40.0 * cold.mean_ms)
+    learned = model.predict_one(op, variant)
+    assert learned.mean_ms > 2.0 * cold.mean_ms and learned.samples == 1

@@ -120,3 +120,44 @@ def test_the_device_wait_counts_down_from_when_its_oldest_work_was_routed() -> N
     assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_015) == 15.0
     backlog.remove_entry(second)
     assert backlog.lane("sim-h100", 0).working_since_ms() is None
+
+
+def test_the_remembered_least_loaded_device_follows_every_lane_change() -> None:
+    """The scan is remembered per class (models/dispatch.py) until one of its lanes, or its
+    devices' partitions, change: each change must be seen at once."""
+    backlog = Backlog()
+    view = _view(("a", (0,)), ("b", (1,)))
+    assert route_partition(backlog, view) == 0
+    first = _entry(0, 30.0)
+    backlog.add_entry(first)
+    assert route_partition(backlog, view) == 1
+    backlog.add_entry(_entry(1, 50.0))
+    assert route_partition(backlog, view) == 0
+    backlog.remove_entry(first)
+    assert route_partition(backlog, view) == 0
+    # the same lanes, but b now owns partition 2 as well (idle): a new view is a new answer
+    assert route_partition(backlog, _view(("a", (0,)), ("b", (1, 2)))) == 0
+    backlog.add_entry(_entry(0, 60.0))
+    assert route_partition(backlog, _view(("a", (0,)), ("b", (1, 2)))) == 2
+    backlog.rebuild([])
+    assert route_partition(backlog, view) == 0
+
+
+def test_the_oldest_routing_time_survives_removals_in_any_order() -> None:
+    backlog = Backlog()
+    entries = [{**_entry(0, 1.0), "decided_at_ms": at} for at in (300, 100, 200, 100)]
+    for entry in entries:
+        backlog.add_entry(entry)
+    lane = backlog.lane("sim-h100", 0)
+    assert lane.working_since_ms() == 100
+    backlog.remove_entry(entries[1])
+    assert lane.working_since_ms() == 100  # another workload was routed at 100 too
+    backlog.remove_entry(entries[3])
+    assert lane.working_since_ms() == 200
+    backlog.remove_entry(entries[0])
+    assert lane.working_since_ms() == 200
+    backlog.add_entry(entries[1])  # routed at 100 again
+    assert lane.working_since_ms() == 100
+    backlog.remove_entry(entries[1])
+    backlog.remove_entry(entries[2])
+    assert lane.working_since_ms() is None

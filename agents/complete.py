@@ -8,6 +8,7 @@ workload whose first device was only slow) is a duplicate and is dropped.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from agents import state
@@ -43,11 +44,13 @@ async def complete(stream: Any) -> None:
     Outcomes the consumer skipped are read back first (app/gaps.py)."""
     async for batch in batches(stream, settings.complete_batch_size,
                                settings.complete_batch_within_s):
+        began = time.thread_time()
         events = await guard.fill(batch)
         for event in events:
             with event_context(event):
                 await complete_one(event)
         guard.record(events)
+        observability.inc(observability.STAGE_CPU, time.thread_time() - began, stage="complete")
 
 
 async def complete_one(event: Any) -> None:

@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from agents import state
+from agents import registry, state
 from app import observability
 from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
-from app.tables import completed, devices, history, inflight, input_offsets, models
+from app.tables import completed, history, inflight, input_offsets, models
 from models.costmodel import CostModel
 from models.dispatch import device_wait_ms, route_partition
 from models.history import HistoryModel
@@ -247,9 +247,14 @@ async def route(workload: Workload, partition: int, attempt: int,
 
 async def wait_for_devices() -> None:
     """Hold the stream while no device is live at all: the work waits rather than being
-    rejected (at start-up the registry may not have read a heartbeat yet)."""
+    rejected (at start-up the registry may not have read a heartbeat yet). Known devices
+    that all look dead are first checked against the heartbeats topic itself
+    (``registry.read_back``): held, this stream would keep the registry's from catching up."""
     waited = 0.0
     while not refresh_views(force=waited > 0):
+        if (devices_values() and waited % 2 == 0 and await registry.read_back()
+                and refresh_views(force=True)):
+            return
         if waited % 30 == 0:
             logger.warning("no live device; holding the workload stream until one appears")
         await asyncio.sleep(0.5)
@@ -257,8 +262,8 @@ async def wait_for_devices() -> None:
 
 
 def devices_values() -> list[dict[str, Any]]:
-    """Every device record in the registry's global table."""
-    return [d for d in devices.values() if d]
+    """Every device's newest record (the registry's table, or read back from the topic)."""
+    return registry.device_records()
 
 
 @app.agent(topics.workloads, concurrency=1)
@@ -275,9 +280,11 @@ async def decide(stream: Any) -> None:
             logger.critical("%s; stopping the worker", exc)
             await app.crash(exc)
             return
+        began = time.thread_time()
         events = await guard.fill(batch)
         await decide_batch(events)
         guard.record(events)
+        observability.inc(observability.STAGE_CPU, time.thread_time() - began, stage="decide")
 
 
 def redelivered(entry: dict[str, Any], event: Any) -> bool:

@@ -77,6 +77,8 @@ def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
         table_cleanup_interval=5.0,
         stream_wait_empty=False,
         producer_max_request_size=16 * 1024 * 1024,
+        producer_linger=settings.producer_linger_ms / 1000.0,
+        producer_max_batch_size=settings.producer_max_batch_bytes,
         consumer_max_fetch_size=16 * 1024 * 1024,
     )
 

@@ -36,6 +36,9 @@ HELP: dict[str, str] = {
     "switchyard_metric_stage_cpu_seconds_total": (
         "CPU time of the metric stage's steps (parse, window, learn, tables: the table "
         "writes of window and learn), by step."),
+    "switchyard_stage_cpu_seconds_total": (
+        "CPU time of the decide and complete stages' batches (with what the event loop ran "
+        "while a batch awaited the producer), by stage."),
     "switchyard_skipped_records_recovered_total": (
         "Input records the consumer skipped that a stage read back and processed, by stage."),
     "switchyard_model_error_ratio": "Median absolute relative error of a class's cost model "
@@ -49,6 +52,9 @@ HELP: dict[str, str] = {
     "switchyard_devices": "Devices known to the registry, by class and health.",
     "switchyard_worker_ready": "1 when the worker has its partitions and recovered tables.",
 }
+
+
+STAGE_CPU = "switchyard_stage_cpu_seconds_total"
 
 
 def _key(name: str, labels: Mapping[str, str] | None) -> tuple[str, Labels]:

@@ -10,6 +10,9 @@
    Kafka round trip per workload = completion − queue − execution. The CPU time each process
    (worker, executors, broker, this load generator) spent over a load, divided by its
    workloads, says what one workload costs where.
+3. Worker capacity (bench/hotpath.py): a burst of workloads, faster than one pinned worker
+   takes them, through decide, complete, learn and window, with instant (SIMULATED) executors
+   in this process; results/s, the worker's CPU µs per workload and each stage's share.
 """
 
 from __future__ import annotations
@@ -361,7 +364,7 @@ def report(results: dict[str, Any], quick: bool) -> str:
            "it, so compare the ratios of one run." if forms[0].get("cpus") else "")
         + (f" Measured {forms[0]['measured_at']}." if forms[0].get("measured_at") else "")
         + " Rerun alone with `SWITCHYARD_BENCH_PARTS=metric switchyard bench pipeline` (the "
-        "decide part's figures are kept).")
+        "other parts' figures are kept; the parts are metric, decide and worker).")
     by_form = {m.get("form"): m for m in forms}
     if "columns" in by_form and "objects" in by_form:
         columnar, objects = by_form["columns"], by_form["objects"]
@@ -408,6 +411,10 @@ def report(results: dict[str, Any], quick: bool) -> str:
         ["offered /s", "decisions /s", "decision p50 ms", "decision p99 ms",
          "Kafka round trip p50 ms", "p99 ms", "completion p50 ms", "execution p50 ms",
          "results", *(f"CPU ms/wl: {role}" for role in CPU_ROLES)], rows))
+    if results.get("worker_capacity"):
+        from bench.hotpath import report_capacity
+
+        parts.append(report_capacity(results["worker_capacity"]))
     parts.append("![pipeline](bench/out/pipeline.png)")
     return "\n\n".join(parts)
 
@@ -441,6 +448,14 @@ def run(quick: bool, out_dir: Path) -> int:
     if not parts or "decide" in parts:
         results["decide_path"] = decide_path(rates, seconds)
         results["decide_path"]["measured_at"] = now_utc()
+    if not parts or "worker" in parts:
+        from bench.hotpath import worker_capacity
+
+        capacity = worker_capacity(3_000 if quick else 20_000, WORKDIR)
+        capacity["measured_at"] = now_utc()
+        results["worker_capacity"] = capacity
+        print(f"[pipeline] worker capacity: {fmt(capacity['rate_per_s'], '.0f')} workloads/s, "
+              f"{fmt(capacity['worker_cpu_us_per_workload'], '.0f')} CPU µs each", flush=True)
     write_json(out_dir, "pipeline", results)
     plot(results, out_dir)
     update_benchmarks_md("pipeline", report(results, quick))

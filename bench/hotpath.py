@@ -1,0 +1,367 @@
+"""The worker's capacity: decide, complete, learn and window together, in one worker process.
+
+A fresh worker (pinned to one CPU where the machine has two) is handed a burst of workloads
+produced faster than it takes them, so it always has work waiting. Its executors are
+*instant*: a loop in this process answers each route with an outcome and a metric row
+(columnar version-3 records of up to 64 rows, as executors publish) and executes nothing, so
+the executions are SIMULATED and every CPU cycle the worker spends is the control plane's. The
+instant devices' heartbeats (queue depth 0, their share of the route partitions) come from
+this process too.
+
+Measured: results per second (slope of results received, 10 % → 90 % of the burst), the worker
+process's CPU µs per workload, and how much of it each stage spent (decide, complete, the
+metric stage's steps) from the worker's own counters at /metrics; every result counted, and
+any result seen twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections import defaultdict
+from functools import lru_cache
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from app.local import LocalCluster
+from app.records import HeartbeatRecord, metric_columns_bytes
+from app.settings import Settings
+from app.topics import class_partition
+from bench.harness import BROKER, topic
+from models.ops import parse_op
+from models.traces import synthetic_trace
+
+# The instant fleet: (sim catalog device, devices).
+HOT_FLEET = (("h100", 2), ("l4", 2))
+METRIC_ROWS = 64  # rows per metrics record, as an executor under load publishes
+STAGE_LINES = ("switchyard_stage_cpu_seconds_total{", "switchyard_metric_stage_cpu_seconds_total{")
+
+
+def instant_devices() -> list[dict[str, Any]]:
+    """The instant devices as their heartbeats describe them (capabilities of the sim runtime
+    of each catalog device), each with its share of its class's route partitions."""
+    from runtimes import get_runtime
+
+    partitions = Settings().route_partitions
+    out = []
+    for device, count in HOT_FLEET:
+        runtime = get_runtime("sim", device)
+        for i in range(count):
+            out.append({"device_id": f"instant-{device}-{i}", "device_class": runtime.device_class,
+                        "device": runtime.device, "index": i,
+                        "capabilities": [list(c) for c in runtime.capabilities()],
+                        "route_partitions": [p for p in range(partitions) if p % count == i]})
+    return out
+
+
+def stage_seconds(exposition: str) -> dict[str, float]:
+    """CPU seconds per stage (decide, complete) and per metric-stage step, from /metrics."""
+    out: dict[str, float] = {}
+    for line in exposition.splitlines():
+        if line.startswith(STAGE_LINES):
+            label = "stage" if line.startswith(STAGE_LINES[0]) else "step"
+            name = line.split(f'{label}="', 1)[1].split('"', 1)[0]
+            out[name if label == "stage" else f"metric {name}"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _op_cost(op_json: str, precision: str) -> tuple[float, float]:
+    spec = parse_op(json.loads(op_json))
+    return float(spec.flops()), float(spec.bytes_moved(precision))
+
+
+class InstantFleet:
+    """Answers every route at once: an outcome per route, metric rows batched per class."""
+
+    def __init__(self, namespace: str, devices: list[dict[str, Any]],
+                 broker: str = BROKER, heartbeat_s: float = 1.0) -> None:
+        self.namespace = namespace
+        self.broker = broker
+        self.heartbeat_s = heartbeat_s
+        self.devices = devices
+        self.by_partition = {(d["device_class"], p): d for d in devices
+                             for p in d["route_partitions"]}
+        self.classes = sorted({d["device_class"] for d in devices})
+        self.rows: dict[str, list[bytes]] = defaultdict(list)
+        self.metric_partitions = Settings().metric_partitions
+        self.answered = 0
+        self.started_ms = int(time.time() * 1000)
+
+    def start(self, producer: AIOKafkaProducer) -> list[asyncio.Task[None]]:
+        """The heartbeat and answering tasks, started."""
+        return [asyncio.create_task(self.heartbeats(producer)),
+                asyncio.create_task(self.serve(producer))]
+
+    def route_topics(self) -> list[str]:
+        return [topic(self.namespace, f"routes.{c}") for c in self.classes]
+
+    async def heartbeats(self, producer: AIOKafkaProducer) -> None:
+        """Every device's heartbeat every ``heartbeat_s``."""
+        while True:
+            for d in self.devices:
+                record = HeartbeatRecord(
+                    device_id=d["device_id"], device_class=d["device_class"], runtime="sim",
+                    device=d["device"], capabilities=d["capabilities"], queue_depth=0,
+                    sent_at_ms=int(time.time() * 1000), started_at_ms=self.started_ms,
+                    model=d["device_class"].split("-", 2)[-1], simulated=True,
+                    route_partitions=d["route_partitions"])
+                await producer.send(
+                    topic(self.namespace, "heartbeats"), record.dumps(),
+                    key=d["device_id"].encode(),
+                    partition=class_partition(d["device_class"], self.metric_partitions))
+            await asyncio.sleep(self.heartbeat_s)
+
+    async def serve(self, producer: AIOKafkaProducer) -> None:
+        """Answer routes until cancelled."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.broker, group_id=None,
+                                    enable_auto_commit=False, fetch_max_wait_ms=5)
+        await consumer.start()
+        try:
+            await consumer._client.force_metadata_update()
+            consumer.assign([TopicPartition(t, p) for t in self.route_topics()
+                             for p in sorted(consumer.partitions_for_topic(t) or {0})])
+            await consumer.seek_to_beginning()
+            while True:
+                batch = await consumer.getmany(timeout_ms=5, max_records=4000)
+                for tp, messages in batch.items():
+                    for message in messages:
+                        await self.answer(producer, tp, message.value)
+                await self.flush(producer)
+        finally:
+            await consumer.stop()
+
+    async def answer(self, producer: AIOKafkaProducer, tp: TopicPartition, value: bytes) -> None:
+        route = orjson.loads(value)
+        device_class = route["device_class"]
+        device = self.by_partition.get((device_class, tp.partition)) or next(
+            d for d in self.devices if d["device_class"] == device_class)
+        now = int(time.time() * 1000)
+        exec_ms = max(0.001, float(route.get("predicted_ms") or 0.01))
+        workload = route["workload"]
+        outcome = {"id": route["id"], "status": "ok", "device_id": device["device_id"],
+                   "device_class": device_class, "variant": route["variant"],
+                   "latency_ms": exec_ms, "queue_ms": 0.0, "attempt": route.get("attempt", 1),
+                   "simulated": True, "decided_at_ms": route.get("decided_at_ms"),
+                   "finished_at_ms": now, "submitted_at_ms": workload.get("submitted_at_ms")}
+        await producer.send(topic(self.namespace, "outcomes"), orjson.dumps(outcome),
+                            key=route["id"].encode())
+        flops, moved = _op_cost(json.dumps(workload["op"], sort_keys=True),
+                                route["variant"].get("precision", "fp32"))
+        row = {"workload_id": route["id"], "device_id": device["device_id"],
+               "device_class": device_class, "runtime": "sim", "op": workload["op"],
+               "variant": route["variant"], "flops": flops, "bytes_moved": moved,
+               "status": "ok", "queue_ms": 0.0, "exec_ms": exec_ms, "started_at_ms": now,
+               "finished_at_ms": now, "predicted_ms": route.get("predicted_ms"),
+               "attempt": route.get("attempt", 1), "simulated": True}
+        self.rows[device_class].append(orjson.dumps(row))
+        self.answered += 1
+        if len(self.rows[device_class]) >= METRIC_ROWS:
+            await self.flush(producer, device_class)
+
+    async def flush(self, producer: AIOKafkaProducer, only: str | None = None) -> None:
+        for device_class in [only] if only else list(self.rows):
+            rows = self.rows.pop(device_class, [])
+            if rows:
+                await producer.send(
+                    topic(self.namespace, "metrics"), metric_columns_bytes(rows),
+                    key=device_class.encode(),
+                    partition=class_partition(device_class, self.metric_partitions))
+
+
+async def create_route_topics(fleet: InstantFleet) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=fleet.broker)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [NewTopic(t, Settings().route_partitions, 1) for t in fleet.route_topics()
+                  if t not in existing]
+        if wanted:
+            await admin.create_topics(wanted)
+    finally:
+        await admin.close()
+
+
+async def burst(namespace: str, workloads: list[dict[str, Any]], timeout_s: float,
+                broker: str = BROKER) -> dict[str, Any]:
+    """Produce ``workloads`` as fast as the producer goes; collect their results."""
+    wanted = {str(w["id"]) for w in workloads}
+    results = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None,
+                               enable_auto_commit=False, fetch_max_wait_ms=20)
+    await results.start()
+    await results._client.force_metadata_update()
+    results_topic = topic(namespace, "results")
+    tps = [TopicPartition(results_topic, p)
+           for p in sorted(results.partitions_for_topic(results_topic) or {0})]
+    results.assign(tps)
+    ends = await results.end_offsets(tps)
+    for tp in tps:
+        results.seek(tp, ends[tp])
+    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=5)
+    await producer.start()
+    received: dict[str, float] = {}
+    seen_twice = 0
+    try:
+        started = time.monotonic()
+        for w in workloads:
+            body = {**w, "submitted_at_ms": int(time.time() * 1000)}
+            await producer.send(topic(namespace, "workloads"), orjson.dumps(body),
+                                key=str(w["id"]).encode())
+        await producer.flush()
+        produced_s = time.monotonic() - started
+        deadline = started + timeout_s
+        while len(received) < len(wanted) and time.monotonic() < deadline:
+            batch = await results.getmany(timeout_ms=200)
+            now = time.monotonic() - started
+            for messages in batch.values():
+                for message in messages:
+                    key = message.key.decode() if message.key else ""
+                    if key not in wanted or not message.value:
+                        continue
+                    if key in received:
+                        seen_twice += 1
+                    else:
+                        received[key] = now
+        # Anything late that would show as a second result
+        tail = await results.getmany(timeout_ms=2000)
+        for messages in tail.values():
+            seen_twice += sum(1 for m in messages
+                              if m.key and m.key.decode() in received and m.value)
+    finally:
+        await producer.stop()
+        await results.stop()
+    times = sorted(received.values())
+    return {"produced_s": produced_s, "times": times, "results": len(received),
+            "seen_twice": seen_twice}
+
+
+def rate_between(times: list[float], total: int, low: float = 0.1, high: float = 0.9,
+                 ) -> float | None:
+    """Results per second between the ``low`` and ``high`` fractions of ``total``."""
+    a, b = int(low * total), int(high * total) - 1
+    if b >= len(times) or b <= a or times[b] <= times[a]:
+        return None
+    return (b - a) / (times[b] - times[a])
+
+
+def _pin(pid: int, cpu: int) -> list[int] | None:
+    import psutil
+
+    if len(os.sched_getaffinity(0)) < 2:
+        return None
+    psutil.Process(pid).cpu_affinity([cpu])
+    return [cpu]
+
+
+def worker_capacity(count: int, workdir: Any) -> dict[str, Any]:
+    """One worker's rate through every stage, for a burst of ``count`` workloads."""
+    from bench.pipeline import cpu_seconds
+
+    local = LocalCluster.isolated(workdir / uuid.uuid4().hex[:8], broker=BROKER)
+    worker = local.start_worker()
+    worker_cpus = _pin(worker.popen.pid, 1)
+    own_cpus = _pin(os.getpid(), 0)
+    fleet = InstantFleet(local.namespace, instant_devices())
+    try:
+        local.wait_ready(worker, 240)
+        return asyncio.run(_measure(local, worker, fleet, count, worker_cpus, own_cpus,
+                                    cpu_seconds))
+    finally:
+        local.stop()
+        if own_cpus is not None:
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
+async def guarded(work: Any, tasks: list[asyncio.Task[None]]) -> Any:
+    """Await ``work``, failing at once with the error of an instant-fleet task that stopped
+    (the worker would otherwise wait for devices whose heartbeats ended)."""
+    job = asyncio.ensure_future(work)
+    await asyncio.wait([job, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    for task in tasks:
+        if task.done():
+            job.cancel()
+            raise RuntimeError(f"the instant fleet stopped: {task.exception()!r}")
+    return await job
+
+
+async def _measure(local: LocalCluster, worker: Any, fleet: InstantFleet, count: int,
+                   worker_cpus: list[int] | None, own_cpus: list[int] | None,
+                   cpu_seconds: Any) -> dict[str, Any]:
+    await create_route_topics(fleet)
+    producer = AIOKafkaProducer(bootstrap_servers=fleet.broker, acks="all", linger_ms=2)
+    await producer.start()
+    tasks = fleet.start(producer)
+    try:
+        await guarded(asyncio.to_thread(
+            local.wait_devices, [d["device_id"] for d in fleet.devices], 120), tasks)
+        # Warm-up: every class's route topic declared, models started, caches filled.
+        warm = await guarded(burst(local.namespace,
+                                   synthetic_trace(300, seed=1, id_prefix="warm-"), 120), tasks)
+        pid = {"worker": [worker.popen.pid]}
+        cpu_before = cpu_seconds(pid)["worker"]
+        stages_before = stage_seconds(await asyncio.to_thread(local.api_text, "/metrics"))
+        run = await guarded(burst(local.namespace,
+                                  synthetic_trace(count, seed=7, id_prefix="hot-"),
+                                  max(120.0, count / 50.0)), tasks)
+        # The metric stage trails the results by its batch window: let it finish.
+        await asyncio.sleep(2.0)
+        cpu_s = cpu_seconds(pid)["worker"] - cpu_before
+        stages_after = stage_seconds(await asyncio.to_thread(local.api_text, "/metrics"))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await producer.stop()
+    stages = {name: 1e6 * (seconds - stages_before.get(name, 0.0)) / count
+              for name, seconds in stages_after.items()}
+    times = run["times"]
+    return {"workloads": count, "results": run["results"], "seen_twice": run["seen_twice"],
+            "warmup_results": warm["results"], "fleet": [f"{n}x sim:{d}" for d, n in HOT_FLEET],
+            "worker_cpus": worker_cpus, "driver_cpus": own_cpus, "broker": BROKER,
+            "produced_per_s": count / run["produced_s"] if run["produced_s"] else None,
+            "rate_per_s": rate_between(times, count),
+            "all_done_s": times[-1] if times else None,
+            "worker_cpu_us_per_workload": 1e6 * cpu_s / count,
+            "stage_cpu_us_per_workload": stages}
+
+
+STAGE_ORDER = ("decide", "complete", "metric parse", "metric window", "metric learn",
+               "metric tables")
+
+
+def report_capacity(c: dict[str, Any]) -> str:
+    """The worker-capacity paragraph and table of the pipeline section."""
+    from bench.common import fmt, markdown_table
+
+    stages = c.get("stage_cpu_us_per_workload", {})
+    staged = sum(stages.get(s, 0.0) for s in STAGE_ORDER)
+    total = c.get("worker_cpu_us_per_workload")
+    pinned = (f"The worker ran on CPU {c['worker_cpus']} and this driver on CPU "
+              f"{c['driver_cpus']} (the broker on either)" if c.get("worker_cpus")
+              else "Nothing was pinned (fewer than two CPUs)")
+    text = (
+        f"**Worker capacity.** One worker, a burst of {c['workloads']} workloads (produced at "
+        f"{fmt(c.get('produced_per_s'), '.0f')}/s, faster than the worker takes them) with "
+        f"instant executors ({', '.join(c['fleet'])}: SIMULATED, nothing executes; a loop in "
+        "the benchmark answers each route with an outcome and a metric row, columnar records "
+        f"of up to {METRIC_ROWS} rows) after a warm-up of {c['warmup_results']}. Rate: results "
+        "received, 10 % → 90 % of the burst. Worker CPU µs per workload: the whole process "
+        "(Faust's consumer thread, producer and commits included); per stage: the stages' own "
+        "counters at /metrics (decide and complete with what the event loop ran while they "
+        "awaited the producer). "
+        f"{pinned}. Results: {c['results']}/{c['workloads']}, "
+        f"{c['seen_twice']} seen twice." +
+        (f" Measured {c['measured_at']}." if c.get("measured_at") else ""))
+    row = [fmt(c.get("rate_per_s"), ".0f"), fmt(c.get("all_done_s"), ".1f"), fmt(total, ".0f"),
+           *(fmt(stages.get(s), ".0f") for s in STAGE_ORDER),
+           fmt(total - staged if total is not None else None, ".0f")]
+    table = markdown_table(
+        ["workloads/s", "burst done s", "worker CPU µs/wl",
+         *(f"{s} µs/wl" for s in STAGE_ORDER), "outside the stages µs/wl"], [row])
+    return text + "\n\n" + table

@@ -9,6 +9,7 @@ from typing import Any
 
 from agents import state
 from app import observability
+from app.gaps import reader
 from app.main import app, settings, topics
 from app.records import HeartbeatRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
@@ -19,6 +20,11 @@ from models.transfer import parse_link, parse_price
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_BATCH = 200
+# Heartbeats read back per partition when the devices table looks stale (``read_back``).
+READ_BACK_RECORDS = 64
+# Device records read straight from the heartbeats topic (``read_back``), by device id: newer
+# than the table's while this worker's registry stream is behind.
+_read_back: dict[str, dict[str, Any]] = {}
 HEARTBEAT_FIELDS, HEARTBEAT_OPTIONAL = wire_fields(HeartbeatRecord)
 
 
@@ -60,9 +66,51 @@ async def registry(stream: Any) -> None:
                 devices[device_id] = {**heartbeat.asdict(), "last_seen_ms": seen}
 
 
+def device_records() -> list[dict[str, Any]]:
+    """Every device's newest record: the devices table's, or one read back from the
+    heartbeats topic that is newer."""
+    out = {d["device_id"]: d for d in devices.values() if d and "device_id" in d}
+    for device_id, record in _read_back.items():
+        current = out.get(device_id)
+        if current is None or record["last_seen_ms"] > float(current.get("last_seen_ms", 0)):
+            out[device_id] = record
+    return list(out.values())
+
+
+async def read_back() -> int:
+    """Read the newest heartbeats straight from the topic; the devices they show alive.
+
+    The registry's stream shares the worker's consumer with the workload stream, and Faust
+    hands a fetched record to its stream only once the stream before it took its own: in a
+    burst, thousands of queued workloads delay the heartbeats behind them past the device
+    timeout, every device looks dead, and a decider that then waited for a live device
+    waited for ever (its full stream blocked the heartbeats it waited for). Read back, a
+    heartbeat counts from its record's timestamp (the executor's send time: the hosts' clocks
+    must agree within the timeout), not from when this worker read it.
+    """
+    topic = topics.heartbeats.get_topic_name()
+    messages = await reader.tail(topic, range(settings.metric_partitions), READ_BACK_RECORDS)
+    newest: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        try:
+            heartbeat = parse_heartbeat(message.value or b"")
+        except ValueError:
+            continue  # the registry dead-letters it when its stream gets there
+        seen = message.timestamp * 1000.0
+        if seen > newest.get(heartbeat.device_id, {}).get("last_seen_ms", -1.0):
+            newest[heartbeat.device_id] = {**heartbeat.asdict(), "last_seen_ms": seen}
+    _read_back.update(newest)
+    now = now_ms()
+    alive = sum(1 for r in newest.values()
+                if now - r["last_seen_ms"] <= settings.device_timeout_s * 1000.0)
+    logger.warning("the devices table looked stale; read %d heartbeat(s) back from %s: %d "
+                   "device(s) alive", len(messages), topic, alive)
+    return alive
+
+
 def live_view() -> dict:
-    """The live classes now, from the devices table."""
-    return live_classes(devices.values(), now_ms(), settings.device_timeout_s)
+    """The live classes now, from the devices table (and heartbeats read back)."""
+    return live_classes(device_records(), now_ms(), settings.device_timeout_s)
 
 
 def stranded_classes(live: dict) -> set[str]:
@@ -88,6 +136,12 @@ async def reroute_dead_classes() -> None:
         return  # nowhere to go; the work waits for a device to come back
     if not stranded_classes(classes):
         return  # the common case: no dead class holds work, so no scan of the in-flight table
+    # Before work moves, the heartbeats topic itself confirms the deaths (this worker's
+    # registry stream may only be behind).
+    await read_back()
+    classes = live_view()
+    if not classes or not stranded_classes(classes):
+        return
     grace_ms = settings.device_timeout_s * 1000.0
     now = now_ms()
     sent = 0

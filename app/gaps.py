@@ -93,6 +93,20 @@ class GapReader:
                              READ_TIMEOUT_S, len(out))
             return out, complete
 
+    async def tail(self, topic: str, partitions: Iterable[int],
+                   count: int) -> list[SkippedMessage]:
+        """The last ``count`` records (at most) of each of ``partitions`` of ``topic``."""
+        async with self._lock:
+            consumer = await self._started()
+            tps = [TopicPartition(topic, p) for p in partitions]
+            ends = await consumer.end_offsets(tps)
+        out: list[SkippedMessage] = []
+        for tp in tps:
+            end = ends.get(tp, 0)
+            if end > 0:
+                out += (await self.read(topic, tp.partition, max(0, end - count), end))[0]
+        return out
+
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             config = self._settings

@@ -1,0 +1,56 @@
+"""A burst larger than the worker's stream buffers: every workload gets one result, none stalls.
+
+Faust hands each fetched record to its stream in fetch order, waiting while that stream's
+buffer is full; the registry's heartbeats sit behind thousands of queued workloads. In a burst
+the devices table fell behind the device timeout, every device looked dead, and the decider
+held its stream until one came back — which, its full buffer blocking the heartbeats behind
+it, none ever did: 7,387 of 20,000 workloads were routed and the worker waited for ever
+(found with `switchyard bench pipeline`'s worker part). The decider now reads the newest
+heartbeats straight from the topic before it holds (agents/registry.py::read_back).
+
+The executors are bench/hotpath.py's instant fleet (SIMULATED: nothing executes), so the
+worker is the bottleneck; a 1.5 s device timeout (heartbeats every 0.25 s) makes the stall
+certain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from app.local import LocalCluster
+from bench.hotpath import InstantFleet, burst, create_route_topics, instant_devices
+from models.traces import synthetic_trace
+
+pytestmark = pytest.mark.kafka
+# Past Faust's stream buffer (4,096 records) even with every workload partition's share.
+BURST = 10_000
+
+
+async def serve_burst(cluster: LocalCluster, broker: str) -> dict:
+    fleet = InstantFleet(cluster.namespace, instant_devices(), broker=broker, heartbeat_s=0.25)
+    await create_route_topics(fleet)
+    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=2)
+    await producer.start()
+    tasks = fleet.start(producer)
+    try:
+        await asyncio.to_thread(cluster.wait_devices, [d["device_id"] for d in fleet.devices], 120)
+        return await burst(cluster.namespace, synthetic_trace(BURST, seed=11, id_prefix="burst-"),
+                           180.0, broker=broker)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await producer.stop()
+
+
+def test_a_burst_past_the_stream_buffers_completes_once_each(broker, workdir) -> None:
+    cluster = LocalCluster.isolated(workdir, broker=broker, SWITCHYARD_DEVICE_TIMEOUT_S="1.5")
+    with cluster:
+        worker = cluster.start_worker()
+        cluster.wait_ready(worker, 240)
+        run = asyncio.run(serve_burst(cluster, broker))
+        assert run["results"] == BURST, f"{BURST - run['results']} workloads never completed"
+        assert run["seen_twice"] == 0

@@ -80,8 +80,13 @@ _unacked: list[Any] = []
 # Live classes and learned models as last read, refreshed at most every VIEW_REFRESH_S: a
 # tenth of the heartbeat period, far below the device timeout, so staleness is harmless.
 VIEW_REFRESH_S = 0.1
-_views: dict[str, Any] = {"read_at": -1.0, "classes": {}, "learned": {}, "setup": {},
-                          "transfer": {}}
+# The learned models are read again less often: each is ~19 KB of JSON to decode (and a
+# model to rebuild whenever its version moved, i.e. after every metric batch), and at 10
+# workloads/s those reads were a third of the decide stage's CPU. Half a second of learning
+# lag is harmless; a class that just appeared is read at once.
+MODEL_REFRESH_S = 0.5
+_views: dict[str, Any] = {"read_at": -1.0, "models_at": -1.0, "classes": {}, "learned": {},
+                          "setup": {}, "transfer": {}}
 # Which (shape, variant) this decider has sent to each class: those are probably warm there.
 warm_routes = WarmRoutes()
 
@@ -158,12 +163,14 @@ def refresh_views(force: bool = False) -> dict[str, Any]:
     now = time.monotonic()
     if force or now - _views["read_at"] > VIEW_REFRESH_S:
         classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
-        stored = {c: models.get(c) for c in classes}
-        learned = {c: m for c in classes if (m := cost_model(c, stored[c])) is not None}
-        setup = {c: (stored[c] or {}).get("setup") for c in classes}
-        transfer = {c: (stored[c] or {}).get("transfer") for c in classes}
-        _views.update(read_at=now, classes=classes, learned=learned, setup=setup,
-                      transfer=transfer)
+        _views.update(read_at=now, classes=classes)
+        if (force or now - _views["models_at"] > MODEL_REFRESH_S
+                or not set(classes) <= set(_views["setup"])):
+            stored = {c: models.get(c) for c in classes}
+            learned = {c: m for c in classes if (m := cost_model(c, stored[c])) is not None}
+            setup = {c: (stored[c] or {}).get("setup") for c in classes}
+            transfer = {c: (stored[c] or {}).get("transfer") for c in classes}
+            _views.update(models_at=now, learned=learned, setup=setup, transfer=transfer)
     return _views["classes"]
 
 

@@ -71,6 +71,11 @@ def parse_metric(raw: bytes) -> MetricRow:
 # one is most of what a row costs once records carry many rows. Bounded: cleared when it grows
 # past this.
 _OP_CACHE: dict[bytes, tuple[OpSpec, Variant]] = {}
+# The models this stage last wrote, per class, as objects: the next batch learns on from them
+# when the stored versions are still theirs (rebuilding a ~19 KB model from its JSON form for
+# every batch was most of the metric stage's cost at low load). Another worker's write (after
+# a rebalance) moves the stored versions on, and the stored form is used again.
+_LAST_WRITTEN: dict[str, tuple[CostModel, HistoryModel]] = {}
 OP_CACHE_SIZE = 4096
 
 
@@ -138,6 +143,20 @@ async def parsed_batch(stage: str, batch: list[Any]) -> MetricBatch:
     return MetricBatch.from_blocks(blocks)
 
 
+def learned_state(device_class: str, stored: dict[str, Any] | None,
+                  stored_history: dict[str, Any] | None) -> tuple[CostModel, HistoryModel]:
+    """The class's model and history as stored: the objects this stage last wrote when the
+    stored versions are theirs, else rebuilt from the stored forms (cold when none)."""
+    last = _LAST_WRITTEN.get(device_class)
+    if (last is not None and stored is not None and stored_history is not None
+            and stored.get("version") == last[0].version
+            and stored_history.get("version") == last[1].version):
+        return last
+    model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
+    hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
+    return model, hist
+
+
 async def _refuse_row(batch: MetricBatch, i: int, reason: str) -> None:
     await dead_letter("learn", batch.event(i), reason,
                       raw=None if batch.whole(i) else orjson.dumps(batch.row(i)))
@@ -195,9 +214,8 @@ async def learn_batch(batch: MetricBatch) -> None:
         with event_context(event):
             stored = class_models.get(device_class) or models.get(device_class)
             stored_history = class_history.get(device_class) or history.get(device_class)
-        model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
+        model, hist = learned_state(device_class, stored, stored_history)
         model.learn_indexed(known, index, exec_ms[rows], energy[rows])
-        hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
         hist.observe_indexed(device_class, known, index, exec_ms[rows], energy[rows])
         model_dict, history_dict = model.to_dict(), hist.to_dict()
         # The one-time setup of new shapes, learned beside the model (models/setup.py).
@@ -218,6 +236,7 @@ async def learn_batch(batch: MetricBatch) -> None:
             models[device_class] = model_dict  # the copy every decider reads
             history[device_class] = history_dict
         writing += time.thread_time() - wrote
+        _LAST_WRITTEN[device_class] = (model, hist)
         observability.inc("switchyard_metrics_learned_total", int(rows.size),
                           device_class=device_class)
         error_pct = model.error_summary().get("median_ape")

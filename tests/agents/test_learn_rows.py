@@ -52,3 +52,30 @@ def test_a_batched_call_of_an_op_with_weights_per_workload_is_not_learned() -> N
 def test_a_batched_row_without_its_call_time_is_refused() -> None:
     with pytest.raises(ValueError, match="batch_exec_ms"):
         metric_row(row(batch_size=3))
+
+
+def test_the_learner_goes_on_from_the_models_it_wrote_only_while_they_are_the_stored_ones(
+) -> None:
+    from agents import learn
+    from models.costmodel import CostModel
+    from models.history import HistoryModel
+    from models.ops import Variant, parse_op
+
+    op, variant = parse_op({"kind": "matmul", "m": 64, "k": 64, "n": 64}), Variant("fp32")
+    model, hist = CostModel.for_class("sim-h100"), HistoryModel()
+    model.learn_one(op, variant, 2.0)
+    hist.observe("sim-h100", op, variant, 2.0)
+    learn._LAST_WRITTEN["sim-h100"] = (model, hist)
+    try:
+        stored, stored_history = model.to_dict(), hist.to_dict()
+        assert learn.learned_state("sim-h100", stored, stored_history) == (model, hist)
+        # another worker learned on (a rebalance): its stored state wins
+        other = CostModel.from_dict(stored)
+        other.learn_one(op, variant, 9.0)
+        rebuilt, _ = learn.learned_state("sim-h100", other.to_dict(), stored_history)
+        assert rebuilt is not model and rebuilt.version == other.version
+        assert rebuilt.samples == 2
+        cold, cold_history = learn.learned_state("sim-l4", None, None)
+        assert cold.samples == 0 and cold_history.version == 0
+    finally:
+        learn._LAST_WRITTEN.pop("sim-h100", None)

@@ -19,7 +19,7 @@ from app.main import app, settings, topics
 from app.records import ResultRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import completed, inflight, input_offsets
-from models.backlog import charge_of
+from models.backlog import InflightEntry, charge_of
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
@@ -100,7 +100,7 @@ def service_ms(outcome: ResultRecord) -> float:
             + float(outcome.transfer_ms or 0.0)) / share
 
 
-def close_inflight(outcome: ResultRecord, entry: dict[str, Any]) -> None:
+def close_inflight(outcome: ResultRecord, entry: InflightEntry) -> None:
     """Forget a finished workload: its in-flight entry and its share of the backlog."""
     del inflight[outcome.id]
     state.backlog.remove_entry(entry, now_ms())  # seen finished now (models/dispatch.py)

@@ -30,6 +30,7 @@ from app.main import app, settings, topics
 from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, history, inflight, input_offsets, models
+from models.backlog import InflightEntry
 from models.costmodel import CostModel
 from models.dispatch import device_wait_ms, route_partition
 from models.history import HistoryModel
@@ -205,7 +206,7 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     return Routed(workload, decision, record, fields, partition, offset, delivery, lane)
 
 
-def remember(routed: Routed, previous: dict[str, Any] | None) -> None:
+def remember(routed: Routed, previous: InflightEntry | None) -> None:
     """Record a sent route: in flight (replacing ``previous``, the entry of an earlier route of
     the same workload), the class's backlog charge, and the ring of recent decisions.
 
@@ -241,7 +242,7 @@ def check_deliveries() -> None:
 
 
 async def route(workload: Workload, partition: int, attempt: int,
-                previous: dict[str, Any] | None) -> Decision | None:
+                previous: InflightEntry | None) -> Decision | None:
     """Decide, send, await the ack and remember one workload (the re-route path)."""
     routed = await send_route(workload, partition, previous.get("offset") if previous else None,
                               attempt, snapshot_now())
@@ -294,17 +295,18 @@ async def decide(stream: Any) -> None:
         observability.inc(observability.STAGE_CPU, time.thread_time() - began, stage="decide")
 
 
-def redelivered(entry: dict[str, Any], event: Any) -> bool:
+def redelivered(entry: InflightEntry, event: Any) -> bool:
     """Whether an in-flight entry was written for this very workload record (delivered again
     after a crash) rather than for an earlier submission of the same id."""
-    return (entry.get("offset") is not None and int(entry["offset"]) == event.message.offset
+    offset = entry.get("offset")
+    return (offset is not None and int(offset) == event.message.offset
             and int(entry.get("partition", -1)) == event.message.partition)
 
 
 async def decide_batch(batch: list[Any]) -> None:
     """Decide and route one batch of workload events; their routes are handed to the producer
     together and not awaited (see the module's docstring)."""
-    accepted: list[tuple[Any, Workload, dict[str, Any] | None]] = []
+    accepted: list[tuple[Any, Workload, InflightEntry | None]] = []
     seen: set[str] = set()
     for event in batch:
         try:

@@ -30,7 +30,7 @@ from app.faust_patches import CoordinatorWatch
 from app.main import app, settings, topics
 from app.streaming import event_context, now_ms
 from app.tables import backlog_shares, inflight
-from models.backlog import Backlog, merge_shares
+from models.backlog import Backlog, BacklogShare, merge_shares
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,8 @@ def publish_share() -> bool:
         return False
     write = _ShareWrite()
     with event_context(write):
-        backlog_shares[WORKER_ID] = {"worker": WORKER_ID, "at_ms": now_ms(), "classes": share}
+        value: BacklogShare = {"worker": WORKER_ID, "at_ms": now_ms(), "classes": share}
+        backlog_shares[WORKER_ID] = value
     _published.update(classes=share, at=now)
     return True
 

@@ -46,7 +46,7 @@ def _worker(ns: argparse.Namespace) -> int:
 
 
 def _executor(ns: argparse.Namespace) -> int:
-    from app.executor import run_executor
+    from app.executor_main import run_executor
 
     return run_executor(
         runtime=ns.runtime, device=ns.device, threads=ns.threads, device_id=ns.id,

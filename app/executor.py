@@ -30,7 +30,6 @@ import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -38,8 +37,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from app import topics
 from app.admin import contract_topics, ensure_topics
-from app.loop import run as run_loop
-from app.loop import tune_gc
+from app.executor_plan import Plan, committable, limits_from
 from app.producing import RenewingProducer
 from app.records import (
     DeadLetterRecord,
@@ -48,13 +46,11 @@ from app.records import (
     ResultRecord,
     metric_columns_bytes,
 )
-from app.settings import Settings, get_settings
-from models.devices import DEVICE_CATALOG, DeviceSpec
+from app.settings import Settings
 from models.ops import SpecError
-from models.transfer import Link, parse_price
-from models.workload import WorkloadLimits, decode_json_bounded
-from runtimes import Runtime, get_runtime
-from runtimes.affinity import isolate
+from models.transfer import Link
+from models.workload import decode_json_bounded
+from runtimes import Runtime
 from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import (
     Parsed,
@@ -77,45 +73,6 @@ ENVELOPE_BYTES = 64 * 1024
 COMMIT_EVERY_S = 1.0
 # A metric batch stays well under the broker's default record size limit (1 MB).
 METRIC_BATCH_MAX_BYTES = 512 * 1024
-
-
-def limits_from(settings: Settings) -> WorkloadLimits:
-    """The workload limits the settings configure."""
-    return WorkloadLimits(
-        max_elements=settings.max_elements,
-        max_inline_elements=settings.max_inline_elements,
-        max_message_bytes=settings.max_message_bytes,
-        max_depth=settings.max_json_depth,
-    )
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A fetched batch of routes, decoded, and the order to run them in: ``groups`` of
-    indices, each one route or several that share a batched call (runtimes/work.py::plan)."""
-
-    messages: list[Any]
-    routes: list[dict[str, Any] | str]  # the decoded route, or why it is dead-lettered
-    parsed: dict[int, Parsed]  # the routes that may join a batch
-    groups: list[list[int]]
-
-
-def committable(batch: list[tuple[TopicPartition, Any]], ran: set[int]) -> dict[
-        TopicPartition, int]:
-    """The offset to commit per partition once the routes at indices ``ran`` of ``batch``
-    are published: up to the first route of the partition not yet run (batches run routes
-    out of fetch order, and a commit past a route not yet run would lose it on a crash)."""
-    offsets: dict[TopicPartition, int] = {}
-    waiting: dict[TopicPartition, int] = {}
-    for index, (tp, message) in enumerate(batch):
-        if index in ran:
-            offsets[tp] = max(offsets.get(tp, 0), message.offset + 1)
-        else:
-            waiting[tp] = min(waiting.get(tp, message.offset), message.offset)
-    for tp, first_waiting in waiting.items():
-        if tp in offsets:
-            offsets[tp] = min(offsets[tp], first_waiting)
-    return offsets
 
 
 def default_device_id(runtime: Runtime) -> str:
@@ -499,78 +456,3 @@ class Executor:
             except Exception as exc:  # a missed heartbeat is survivable; dying here is not
                 logger.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.settings.heartbeat_interval_s)
-
-
-def run_executor(
-    runtime: str,
-    device: str,
-    threads: int | None,
-    device_id: str | None,
-    slowdown_file: str | None,
-    drift: str | None,
-    cpus: str | None = None,
-    link_rtt_ms: float | None = None,
-    link_bandwidth_mbit_s: float | None = None,
-    price_per_hour: float | None = None,
-    power_model: str | None = None,
-) -> int:
-    """Build the runtime and serve its route topic until SIGTERM (blocking); the exit code.
-    The link, price and power model given here replace the settings'."""
-    settings = get_settings()
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        link, price, model = remote_options(settings, link_rtt_ms, link_bandwidth_mbit_s,
-                                            price_per_hour, power_model)
-    except ValueError as exc:
-        logger.error("%s", exc)
-        return 2
-    options: dict[str, Any] = {}
-    if drift is not None:
-        if runtime != "sim":
-            logger.error("--drift applies to the sim runtime only")
-            return 2
-        options["drift"] = drift
-    if runtime == "torch" and settings.torch_compile_cpu:
-        options["compile_cpu"] = True
-    try:
-        # Pinned before the runtime is built, so its thread pools start inside the mask.
-        threads, pinned = isolate(threads, cpus)
-    except (ValueError, OSError) as exc:
-        logger.error("cannot pin %s to cpus: %s", runtime, exc)
-        return 2
-    try:
-        rt = get_runtime(runtime, device, threads=threads, **options)
-    except (RuntimeError, ValueError, SpecError) as exc:
-        logger.error("cannot start %s on %s: %s", runtime, device, exc)
-        return 2
-    if model is not None and not rt.simulated:
-        rt.power_model = model
-    tune_gc(settings.gc_gen0_threshold)  # the runtime's modules are loaded: freeze them
-    return run_loop(Executor(settings, rt, device_id, slowdown_file, threads, pinned,
-                             link=link, price_per_hour=price).run())
-
-
-def remote_options(settings: Settings, rtt_ms: float | None, bandwidth_mbit_s: float | None,
-                   price_per_hour: float | None, power_model: str | None,
-                   ) -> tuple[Link | None, float | None, DeviceSpec | None]:
-    """The executor's link, price and power model: the options given, else the settings';
-    ValueError with the reason when one is malformed (a negative bandwidth, half a link, an
-    unknown catalog device)."""
-    rtt = rtt_ms if rtt_ms is not None else settings.executor_link_rtt_ms
-    bandwidth = (bandwidth_mbit_s if bandwidth_mbit_s is not None
-                 else settings.executor_link_bandwidth_mbit_s)
-    if (rtt is None) != (bandwidth is None):
-        raise ValueError("a link needs both --link-rtt-ms and --link-bandwidth-mbit-s")
-    link = None if rtt is None or bandwidth is None else Link(rtt, bandwidth)
-    price = parse_price(price_per_hour if price_per_hour is not None
-                        else settings.executor_price_per_hour)
-    name = power_model if power_model is not None else settings.executor_power_model
-    model = None
-    if name:
-        if name not in DEVICE_CATALOG:
-            raise ValueError(f"no catalog device {name!r} for --power-model; catalog: "
-                             f"{sorted(DEVICE_CATALOG)}")
-        model = DEVICE_CATALOG[name]
-    return link, price, model

@@ -18,7 +18,33 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+
+class InflightEntry(TypedDict, total=False):
+    """The ``inflight`` table's value (app/tables.py; key = workload id): one routed, unfinished
+    workload. Written by decide (``models.routing.inflight_entry``); read by complete, the
+    re-route path and the backlog (``Backlog.add_entry``, ``rebuild``)."""
+
+    device_class: str
+    variant: dict[str, Any]
+    predicted_ms: float
+    charged_ms: float  # execution + setup + transfer; entries from before setup costs lack it
+    decided_at_ms: int
+    attempt: int
+    partition: int  # the workload record's partition and offset (a redelivery is told apart)
+    offset: int | None
+    workload: dict[str, Any]
+    route_partition: int  # only when routed to an explicit partition (models/dispatch.py)
+
+
+class BacklogShare(TypedDict):
+    """The ``backlog_shares`` table's value (key = worker id): one worker's totals per class."""
+
+    worker: str
+    at_ms: int
+    classes: dict[str, dict[str, float]]
+
 
 # How fast a class's pace follows its completions (weight of the newest), and how far it may
 # stray from the predictions (a ratio outside this is a model that has not learned yet, or a

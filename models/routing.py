@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from models.backlog import InflightEntry
 from models.costmodel import CostModelLike
 from models.decision import Candidate, Decision, Policy
 from models.history import HistoryModel
@@ -123,7 +124,7 @@ def route_fields(workload: Workload, decision: Decision, policy_name: str, attem
 
 
 def inflight_entry(route: Mapping[str, Any], setup_ms: float, partition: int,
-                   offset: int | None) -> dict[str, Any]:
+                   offset: int | None) -> InflightEntry:
     """The in-flight entry of a routed workload: where it went, what its class's backlog was
     charged (the execution plus the setup of a cold shape and the transfer over its link),
     and where its record is (so that a redelivery of that very record is told from a

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 
-from app.executor import committable
+from app.executor_plan import committable
 
 P0, P1 = TopicPartition("routes", 0), TopicPartition("routes", 1)
 BATCH = [(P0, SimpleNamespace(offset=10)), (P1, SimpleNamespace(offset=3)),

@@ -102,7 +102,7 @@ def test_security_settings_a_protocol_does_not_use_are_not_checked(monkeypatch):
 
 
 def test_an_executors_link_price_and_power_model_are_checked() -> None:
-    from app.executor import remote_options
+    from app.executor_main import remote_options
     from app.settings import Settings
     from models.transfer import Link
 

@@ -255,13 +255,12 @@ async def route(workload: Workload, partition: int, attempt: int,
 
 async def wait_for_devices() -> None:
     """Hold the stream while no device is live at all: the work waits rather than being
-    rejected (at start-up the registry may not have read a heartbeat yet). Known devices
-    that all look dead are first checked against the heartbeats topic itself
-    (``registry.read_back``): held, this stream would keep the registry's from catching up."""
+    rejected (at start-up the registry may not have read a heartbeat yet). Every 2 s the
+    heartbeats topic itself is read (``registry.read_back``): held, this stream keeps the
+    registry's from catching up once its buffer is full."""
     waited = 0.0
     while not refresh_views(force=waited > 0):
-        if (devices_values() and waited % 2 == 0 and await registry.read_back()
-                and refresh_views(force=True)):
+        if waited % 2 == 0 and await registry.read_back() and refresh_views(force=True):
             return
         if waited % 30 == 0:
             logger.warning("no live device; holding the workload stream until one appears")

@@ -103,8 +103,9 @@ async def read_back() -> int:
     now = now_ms()
     alive = sum(1 for r in newest.values()
                 if now - r["last_seen_ms"] <= settings.device_timeout_s * 1000.0)
-    logger.warning("the devices table looked stale; read %d heartbeat(s) back from %s: %d "
-                   "device(s) alive", len(messages), topic, alive)
+    (logger.warning if alive else logger.debug)(
+        "no live device in the devices table; read %d heartbeat(s) back from %s: %d device(s) "
+        "alive", len(messages), topic, alive)
     return alive
 
 

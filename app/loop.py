@@ -46,6 +46,21 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
+# The worker's linear algebra is on matrices of the cost model's 73 weights: one BLAS thread is
+# all it can use. OpenBLAS's pool spins for a while after every call, and on the metric stage's
+# small batches at low load that spinning cost the worker more CPU than all its stages
+# (10 workloads/s: 48.7 ms of CPU a workload with OpenBLAS's default pool, 21.8 with one
+# thread); pinned to one core, the spinning threads also took turns with the event loop.
+WORKER_BLAS_THREADS = 1
+
+
+def limit_blas_threads(threads: int = WORKER_BLAS_THREADS) -> None:
+    """Hold this process's BLAS (and OpenMP) pools to ``threads`` threads from now on."""
+    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
+
+    threadpool_limits(limits=threads)
+
+
 def tune_gc(gen0_threshold: int) -> None:
     """Move what start-up allocated out of the collector's sight (``gc.freeze``: it is never
     garbage, and every full collection walked it) and collect the young generation every

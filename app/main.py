@@ -180,9 +180,10 @@ def main() -> None:
     if not (len(sys.argv) > 1 and sys.argv[1] == "worker"):
         app.main()
         return
-    from app.loop import tune_gc
+    from app.loop import limit_blas_threads, tune_gc
 
     marker = discard_state_after_crash()
+    limit_blas_threads()
     tune_gc(settings.gc_gen0_threshold)
     try:
         app.main()

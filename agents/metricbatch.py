@@ -26,6 +26,7 @@ from app.records import (
     METRIC_COLUMNS_VERSION,
     MetricRecord,
     check_metric_columns,
+    dictionary_encode,
     metric_rows,
     wire_defaults,
     wire_fields,
@@ -108,20 +109,10 @@ _NEEDED_OF = itemgetter(*NEEDED)
 def _row_block(good: list[dict[str, Any]], source: Any, whole: bool) -> Block:
     """A block of checked row objects (plain lists and C-level getters: a one-row record is
     the common case of this form, and NumPy's per-call cost would be most of it)."""
-    where: dict[bytes, int] = {}
-    shapes: list[tuple[Any, Any]] = []
-    index: list[int] = []
-    for row in good:
-        pair = (row["op"], row["variant"])
-        key = orjson.dumps(pair)
-        at = where.get(key)
-        if at is None:
-            at = where[key] = len(shapes)
-            shapes.append(pair)
-        index.append(at)
+    shapes, keys, index = dictionary_encode((row["op"], row["variant"]) for row in good)
     values = [_NEEDED_OF(row if row.keys() >= DEFAULTS.keys() else {**DEFAULTS, **row})
               for row in good]
-    return Block(len(good), None, values, shapes, list(where), index, source, whole)
+    return Block(len(good), None, values, shapes, keys, index, source, whole)
 
 
 def _refuse(bad: dict[int, str], rows: list[int], reason: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 import faust
@@ -118,6 +119,22 @@ def metric_batch_bytes(rows: list[bytes]) -> bytes:
     return b'{"version":%d,"metrics":[%s]}' % (METRIC_BATCH_VERSION, b",".join(rows))
 
 
+def dictionary_encode(values: Iterable[Any]) -> tuple[list[Any], list[bytes], list[int]]:
+    """The distinct values (equal when their JSON forms are), those JSON forms, and the index of
+    each value among the distinct ones."""
+    where: dict[bytes, int] = {}
+    distinct: list[Any] = []
+    index: list[int] = []
+    for value in values:
+        key = orjson.dumps(value)
+        at = where.get(key)
+        if at is None:
+            at = where[key] = len(distinct)
+            distinct.append(value)
+        index.append(at)
+    return distinct, list(where), index
+
+
 def metric_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The version-3 (columnar) value of metric rows that all have the same fields: a field
     equal in every row goes to ``fields``; objects and lists (op, variant) are
@@ -134,16 +151,7 @@ def metric_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if all(type(v) is kind and v == first for v in values):
             fields[name] = first
         elif kind is dict or kind is list:
-            keys: dict[bytes, int] = {}
-            distinct: list[Any] = []
-            index = []
-            for value in values:
-                key = orjson.dumps(value)
-                at = keys.get(key)
-                if at is None:
-                    at = keys[key] = len(distinct)
-                    distinct.append(value)
-                index.append(at)
+            distinct, _, index = dictionary_encode(values)
             columns[name] = {"values": distinct, "index": index}
         else:
             columns[name] = values

@@ -17,11 +17,13 @@ any result seen twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from functools import lru_cache
 from typing import Any
 
@@ -94,10 +96,22 @@ class InstantFleet:
         self.answered = 0
         self.started_ms = int(time.time() * 1000)
 
-    def start(self, producer: AIOKafkaProducer) -> list[asyncio.Task[None]]:
-        """The heartbeat and answering tasks, started."""
-        return [asyncio.create_task(self.heartbeats(producer)),
-                asyncio.create_task(self.serve(producer))]
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[list[asyncio.Task[None]]]:
+        """The route topics created, heartbeats and answers going (the tasks) until the block
+        ends."""
+        await create_route_topics(self)
+        producer = AIOKafkaProducer(bootstrap_servers=self.broker, acks="all", linger_ms=2)
+        await producer.start()
+        tasks = [asyncio.create_task(self.heartbeats(producer)),
+                 asyncio.create_task(self.serve(producer))]
+        try:
+            yield tasks
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await producer.stop()
 
     def route_topics(self) -> list[str]:
         return [topic(self.namespace, f"routes.{c}") for c in self.classes]
@@ -293,11 +307,7 @@ async def guarded(work: Any, tasks: list[asyncio.Task[None]]) -> Any:
 async def _measure(local: LocalCluster, worker: Any, fleet: InstantFleet, count: int,
                    worker_cpus: list[int] | None, own_cpus: list[int] | None,
                    cpu_seconds: Any) -> dict[str, Any]:
-    await create_route_topics(fleet)
-    producer = AIOKafkaProducer(bootstrap_servers=fleet.broker, acks="all", linger_ms=2)
-    await producer.start()
-    tasks = fleet.start(producer)
-    try:
+    async with fleet.running() as tasks:
         await guarded(asyncio.to_thread(
             local.wait_devices, [d["device_id"] for d in fleet.devices], 120), tasks)
         # Warm-up: every class's route topic declared, models started, caches filled.
@@ -313,11 +323,6 @@ async def _measure(local: LocalCluster, worker: Any, fleet: InstantFleet, count:
         await asyncio.sleep(2.0)
         cpu_s = cpu_seconds(pid)["worker"] - cpu_before
         stages_after = stage_seconds(await asyncio.to_thread(local.api_text, "/metrics"))
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await producer.stop()
     stages = {name: 1e6 * (seconds - stages_before.get(name, 0.0)) / count
               for name, seconds in stages_after.items()}
     times = run["times"]

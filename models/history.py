@@ -104,6 +104,18 @@ class HistoryModel:
         self._laws: dict[str, PowerLaw | None] = {}
 
     # -- learning --------------------------------------------------------------------------
+    def _take_entry(self, key: str, op: OpSpec, variant: Variant) -> list[float]:
+        """The entry of ``key``, taken out to be re-inserted last (dict order is recency); a
+        new one, the least recent evicted, when it has none."""
+        entry = self.entries.pop(key, None)
+        if entry is None:
+            entry = [0.0, 0.0, 0.0, op.bytes_moved(variant.precision), 0.0, 0.0]
+            while len(self.entries) >= self.max_entries:
+                oldest = next(iter(self.entries))
+                self._laws.pop(_group(oldest), None)
+                del self.entries[oldest]
+        return entry
+
     def observe(
         self,
         device_class: str,
@@ -114,13 +126,7 @@ class HistoryModel:
     ) -> None:
         """Record one execution (Welford update of the entry's mean and variance)."""
         key = _key(device_class, op, variant)
-        entry = self.entries.pop(key, None)  # re-inserted last: dict order is recency
-        if entry is None:
-            entry = [0.0, 0.0, 0.0, op.bytes_moved(variant.precision), 0.0, 0.0]
-            while len(self.entries) >= self.max_entries:
-                oldest = next(iter(self.entries))
-                self._laws.pop(_group(oldest), None)
-                del self.entries[oldest]
+        entry = self._take_entry(key, op, variant)
         entry[0] += 1
         delta = exec_ms - entry[1]
         entry[1] += delta / entry[0]
@@ -175,13 +181,7 @@ class HistoryModel:
             x = times[rows]
             op, variant = pairs[int(at)]
             key = _key(device_class, op, variant)
-            entry = self.entries.pop(key, None)
-            if entry is None:
-                entry = [0.0, 0.0, 0.0, op.bytes_moved(variant.precision), 0.0, 0.0]
-                while len(self.entries) >= self.max_entries:
-                    oldest = next(iter(self.entries))
-                    self._laws.pop(_group(oldest), None)
-                    del self.entries[oldest]
+            entry = self._take_entry(key, op, variant)
             n_a, n_b = entry[0], float(x.size)
             mean_b = float(x.mean())
             delta = mean_b - entry[1]

@@ -21,11 +21,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from app.local import LocalCluster
 from app.settings import Settings
-from bench.hotpath import InstantFleet, burst, create_route_topics, instant_devices
+from bench.hotpath import InstantFleet, burst, instant_devices
 from models.traces import synthetic_trace
 from tests.integration.kafka_io import consume_until, create_topics, produce
 
@@ -40,19 +39,10 @@ def fleet_of(cluster: LocalCluster, broker: str) -> InstantFleet:
 
 async def serve_burst(cluster: LocalCluster, broker: str) -> dict:
     fleet = fleet_of(cluster, broker)
-    await create_route_topics(fleet)
-    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=2)
-    await producer.start()
-    tasks = fleet.start(producer)
-    try:
+    async with fleet.running():
         await asyncio.to_thread(cluster.wait_devices, [d["device_id"] for d in fleet.devices], 120)
         return await burst(cluster.namespace, synthetic_trace(BURST, seed=11, id_prefix="burst-"),
                            180.0, broker=broker)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await producer.stop()
 
 
 def test_a_burst_past_the_stream_buffers_completes_once_each(broker, workdir) -> None:
@@ -67,20 +57,10 @@ def test_a_burst_past_the_stream_buffers_completes_once_each(broker, workdir) ->
 
 async def serve_queued(cluster: LocalCluster, broker: str) -> list[dict]:
     """Start the instant fleet and read results until every queued workload has one."""
-    fleet = fleet_of(cluster, broker)
-    await create_route_topics(fleet)
-    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=2)
-    await producer.start()
-    tasks = fleet.start(producer)
-    try:
+    async with fleet_of(cluster, broker).running():
         return await consume_until(broker, f"{cluster.namespace}switchyard.results",
                                    lambda got: len({m["key"] for m in got}) >= BURST,
                                    timeout_s=180, decode=False)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await producer.stop()
 
 
 def test_work_queued_before_any_device_is_known_is_served_once_one_appears(broker,

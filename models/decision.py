@@ -16,7 +16,7 @@ import numpy as np
 
 from models.costmodel import CostModel, CostModelLike, Prediction
 from models.history import HistoryModel
-from models.ops import Variant
+from models.ops import OpSpec, Variant
 from models.workload import Workload
 
 __all__ = [
@@ -176,6 +176,10 @@ class PriorModels:
         if prior is None:
             prior = self._cache[device_class] = CostModel.for_class(device_class)
         return prior, False
+
+    def prior_log_ms(self, c: Candidate, op: OpSpec) -> float:
+        """The class's prior prediction of ``op`` at the candidate's variant, ln ms."""
+        return self.get({}, c.device_class)[0].predict_one(op, c.variant).log_mean
 
     def predict(
         self, models: Mapping[str, CostModelLike], c: Candidate, workload: Workload

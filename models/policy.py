@@ -20,6 +20,7 @@ behind a long queue that its compilation would stall.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ from models.decision import (
     weighted_scores,
 )
 from models.history import HistoryModel
+from models.ops import OpSpec
 from models.transfer import HOUR_MS
 from models.workload import Workload
 
@@ -128,6 +130,8 @@ class SwitchyardPolicy:
             versions.append(model.version if is_learned else 0)
             samples.append(model.samples if is_learned else 0)
 
+        self._calibrate_cold(op, usable, learned, samples, mean_ms, draw_ms, std_ms, energy,
+                             estimated)
         objective = dict(workload.objective)
         wants_energy = objective.get("energy", 0.0) > 0.0
         energy_fallback = wants_energy and any(e is None for e in energy)
@@ -215,6 +219,38 @@ class SwitchyardPolicy:
             energy_estimated=estimated[chosen],
             compared=(terms(chosen, greedy_scores[pick_at]), *others),
         )
+
+    def _calibrate_cold(self, op: OpSpec, usable: Sequence[Candidate], learned: list[bool],
+                        samples: list[int], mean_ms: np.ndarray, draw_ms: np.ndarray,
+                        std_ms: np.ndarray, energy: list[float | None],
+                        estimated: list[bool]) -> None:
+        """Lift the prior of classes with no learned model by how much slower than *their*
+        priors the learned classes run this op (the smallest such slowdown; never below 1), in
+        place.
+
+        A roofline prior is optimistic on every device alike (no kernel reaches peak; here the
+        simulated fleet is slowed uniformly): a learned class has learned its slowdown, a cold
+        one has not, so next to learned classes the cold one looked many times faster than it
+        is and took whatever came while nothing of it had finished (issue 13: bmm and
+        attention routed to a CPU core at the start of the sim-fp32 set, 10-15 s each behind
+        a 1.5 s GPU queue). The smallest learned slowdown keeps the cold class as attractive
+        as the best-calibrated learned one, so it is still explored."""
+        cold = [i for i in range(len(usable)) if not learned[i]]
+        warm = [i for i in range(len(usable)) if learned[i] and samples[i] > 0]
+        if not cold or not warm:
+            return
+        lift = min(math.log(mean_ms[i]) - self._priors.prior_log_ms(usable[i], op)
+                   for i in warm)
+        if lift <= 0.0:
+            return
+        factor = math.exp(lift)
+        for i in cold:
+            mean_ms[i] *= factor
+            draw_ms[i] *= factor
+            std_ms[i] *= factor
+            joules = energy[i]
+            if estimated[i] and joules is not None:
+                energy[i] = joules * factor
 
     def _explore_only_when_idle(self, chosen: int, greedy: int, idx: np.ndarray,
                                 greedy_scores: np.ndarray, wait: np.ndarray,

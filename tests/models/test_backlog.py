@@ -65,6 +65,22 @@ def test_pace_scales_the_expected_wait_of_a_class_slower_than_predicted() -> Non
     assert backlog.pace("slow") == pytest.approx(3.0)
 
 
+def test_a_class_with_nothing_finished_takes_the_smallest_pace_of_the_others() -> None:
+    backlog = Backlog()
+    assert backlog.pace("new") == 1.0
+    for _ in range(60):  # every observed class runs slower than charged: priors are optimistic
+        backlog.observe("slow", charged_ms=10.0, measured_ms=70.0)
+        backlog.observe("slower", charged_ms=10.0, measured_ms=80.0)
+    assert backlog.pace("new") == pytest.approx(7.0)
+    backlog.add("new", 100.0, 1)
+    assert backlog.ms("new") == pytest.approx(700.0)
+    for _ in range(60):  # one class on pace: no lift for a class never seen
+        backlog.observe("right", charged_ms=10.0, measured_ms=10.0)
+    assert backlog.pace("new") == pytest.approx(1.0)
+    backlog.observe("new", charged_ms=10.0, measured_ms=20.0)  # its own from its first
+    assert backlog.pace("new") == pytest.approx(2.0)
+
+
 def test_pace_follows_recent_completions_within_bounds_and_ignores_bad_ones() -> None:
     backlog = Backlog()
     backlog.observe("a", 10.0, 1000.0)  # 100x: held at the upper bound
@@ -104,7 +120,8 @@ def test_the_others_share_counts_in_the_wait_but_is_not_republished() -> None:
     backlog.set_others({"a": Held(50.0, 3), "c": Held(30.0, 1)})
     # Everyone's work queues on the same executors: the same pace and overhead apply to it.
     assert backlog.ms("a", per_workload_ms=1.0) == pytest.approx(before + 50.0 * 2 + 3 * 1.0)
-    assert backlog.ms("c") == pytest.approx(30.0)  # a class only the others routed to
+    # A class only the others routed to, with nothing finished here: the observed pace (2x).
+    assert backlog.ms("c") == pytest.approx(60.0)
     assert backlog.share() == {"a": {"ms": 100.0, "count": 2}}
     assert backlog.by_class()["a"]["others_count"] == 3
     backlog.set_others({})

@@ -1,8 +1,11 @@
 """``switchyard bench scheduling``: every policy on one trace, through the real pipeline.
 
 For each device set the same trace (mixed ops, Poisson arrivals at the set's share — 50, 70 or
-90 % — of the fluid capacity, per-workload deadlines) runs once per policy on a *fresh* cluster — new namespace, app id,
-worker and executors — so no policy inherits another's learned state or warm caches. The
+90 % — of the fluid capacity, per-workload deadlines) runs once per policy (or
+``SWITCHYARD_BENCH_REPEATS`` times, the policies interleaved, the median run kept) on a
+*fresh* cluster — new namespace, app id, worker and executors — so no policy inherits
+another's learned state or warm caches. ``SWITCHYARD_BENCH_SETS`` and
+``SWITCHYARD_BENCH_POLICIES`` rerun some sets or policies and keep the other figures. The
 oracle is the earliest-finish rule fed the true costs: the simulator's roofline for sim
 devices, an exhaustive in-process pre-profile for live ones (``models.oracle``).
 """
@@ -146,6 +149,9 @@ def policy_stats(run: Run, workloads: list[dict[str, Any]], ended_ms: float) -> 
         "overhead_ms": summarize(run.completion_ms(w) - float(r["queue_ms"])
                                  - float(r["latency_ms"]) for w, r in run.results.items()
                                  if r.get("status") == "ok"),
+        # What placement decides (the wait at the device and the run there), apart from the
+        # control plane's hops.
+        "placement_ms": summarize(float(r["queue_ms"]) + float(r["latency_ms"]) for r in ok),
         "throughput_per_s": len(run.results) / span_s if span_s else None,
         "deadline_attainment": attainment(completion, deadlines),
         "energy_j": sum(energies) if energies else None,
@@ -179,8 +185,9 @@ def run_policy(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
 
 
 def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path,
-            policies: tuple[str, ...] = POLICY_NAMES) -> dict[str, Any]:
-    """Every policy on one device set; ratios to the oracle added."""
+            policies: tuple[str, ...] = POLICY_NAMES, repeats: int = 1) -> dict[str, Any]:
+    """Every policy on one device set, ``repeats`` times each (interleaved; the median run
+    by mean completion is kept); ratios to the oracle added."""
     prepared = prepare(device_set, seconds, out_dir)
     print(f"[scheduling] {device_set.name}: capacity {prepared['capacity_per_s']:.1f}/s, "
           f"rate {prepared['rate_per_s']:.1f}/s, {len(prepared['workloads'])} workloads, "
@@ -195,24 +202,41 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
         "deadline_rule": f"{fleets.DEADLINE_FLOOR_MS:.0f} ms + {fleets.DEADLINE_SLACK:g} x "
                          "best true execution time", "policies": {},
         "measured_at": now_utc()}
-    for policy in policies:
-        started = time.monotonic()
-        try:
-            stats = run_policy(device_set, prepared, policy, drain_s)
-        except (RuntimeError, TimeoutError) as exc:
-            logger.error("%s/%s failed: %s", device_set.name, policy, exc)
-            stats = {"error": str(exc)[-2000:]}
-        stats["wall_s"] = time.monotonic() - started
-        stats["measured_at"] = now_utc()
-        out["policies"][policy] = stats
-        c = stats.get("completion_ms", {})
-        print(f"[scheduling] {device_set.name} {policy:<11} mean {fmt(c.get('mean'))} ms "
-              f"p99 {fmt(c.get('p99'))} ms, missing {stats.get('missing')}, queue p50 "
-              f"{fmt(stats.get('queue_ms', {}).get('p50'))} ms, decide p50 "
-              f"{fmt(stats.get('decision_ms', {}).get('p50'))} ms, "
-              f"{stats['wall_s']:.0f} s", flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    for repeat in range(repeats):
+        for policy in policies:  # interleaved: a slow spell of the machine hits every policy
+            started = time.monotonic()
+            try:
+                stats = run_policy(device_set, prepared, policy, drain_s)
+            except (RuntimeError, TimeoutError) as exc:
+                logger.error("%s/%s failed: %s", device_set.name, policy, exc)
+                stats = {"error": str(exc)[-2000:]}
+            stats["wall_s"] = time.monotonic() - started
+            stats["measured_at"] = now_utc()
+            runs[policy].append(stats)
+            c = stats.get("completion_ms", {})
+            print(f"[scheduling] {device_set.name} {policy:<11} run {repeat + 1}/{repeats} "
+                  f"mean {fmt(c.get('mean'))} ms p99 {fmt(c.get('p99'))} ms, missing "
+                  f"{stats.get('missing')}, placement {fmt(stats.get('placement_ms', {}).get('mean'))} "
+                  f"ms, decide p50 {fmt(stats.get('decision_ms', {}).get('p50'))} ms, "
+                  f"{stats['wall_s']:.0f} s", flush=True)
+    for policy, done in runs.items():
+        out["policies"][policy] = median_run(done)
     add_ratios(out)
     return out
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median mean completion (a failed run counts as the slowest), with
+    every run's mean completion beside it."""
+    def mean(stats: dict[str, Any]) -> float:
+        return float(stats.get("completion_ms", {}).get("mean", float("inf")))
+
+    ordered = sorted(runs, key=mean)
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    if len(runs) > 1:
+        chosen["runs_mean_ms"] = [mean(r) for r in runs]
+    return chosen
 
 
 def add_ratios(out: dict[str, Any]) -> None:
@@ -274,6 +298,11 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "seed, the output's checksum). The live oracle plans with that profile, not with the "
         "times the executors then see side by side on two shared cores: where another policy "
         "beats it, the profile was off, and a ratio to the oracle is a ratio to its plan. "
+        "Placement ms is the mean wait at the device plus the execution there (what the "
+        "policy decides); control ms is the mean of the rest of the completion (the decision "
+        "and the Kafka hops: the control plane's cost, shared by every policy). Where a "
+        "policy ran more than once (SWITCHYARD_BENCH_REPEATS; the policies interleaved), its "
+        "row is the run with the median mean completion, and every run's mean is listed. "
         "Workloads without a result when the drain period ended "
         "count with their censored time (a lower bound). Energy: only where an executor "
         "measured it (RAPL/NVML), otherwise –.\n")
@@ -292,11 +321,15 @@ def report(results: dict[str, Any], quick: bool) -> str:
         rows = []
         for policy, s in data["policies"].items():
             if "completion_ms" not in s:
-                rows.append([policy, "failed"] + [""] * 9)
+                rows.append([policy, "failed"] + [""] * 12)
                 continue
             c, r = s["completion_ms"], s.get("ratio_to_oracle", {})
+            runs = s.get("runs_mean_ms")
             rows.append([policy + (f" (rerun {s.get('measured_at')})" if s.get("rerun") else ""),
                          fmt(c["mean"]), fmt(c["p95"]), fmt(c["p99"]),
+                         fmt(s.get("placement_ms", {}).get("mean")),
+                         fmt(s.get("overhead_ms", {}).get("mean")),
+                         " / ".join(fmt(m, ".0f") for m in runs) if runs else "1 run",
                          fmt(s["throughput_per_s"], ".1f"),
                          fmt(None if s["deadline_attainment"] is None
                              else 100 * s["deadline_attainment"], ".0f") + " %",
@@ -304,7 +337,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
                          fmt(r.get("mean"), ".2f"), fmt(r.get("p99"), ".2f"),
                          ", ".join(f"{k} {100 * v:.0f}%" for k, v in s["variants"].items())])
         parts.append(markdown_table(
-            ["policy", "mean ms", "p95 ms", "p99 ms", "done/s", "deadline met", "energy J",
+            ["policy", "mean ms", "p95 ms", "p99 ms", "placement ms", "control ms",
+             "runs' means ms", "done/s", "deadline met", "energy J",
              "missing", "mean ÷ oracle", "p99 ÷ oracle", "variants"], rows))
     parts.append("\n![scheduling](bench/out/scheduling.png)")
     return "\n\n".join(parts)
@@ -330,6 +364,9 @@ def run(quick: bool, out_dir: Path) -> int:
     only = [n for n in os.environ.get("SWITCHYARD_BENCH_SETS", "").split(",") if n]
     policies = tuple(p for p in os.environ.get("SWITCHYARD_BENCH_POLICIES", "").split(",")
                      if p) or POLICY_NAMES
+    # Each policy's run repeated (SWITCHYARD_BENCH_REPEATS): one run's mean completion moved
+    # by up to 2x between runs of the same policy on this shared machine.
+    repeats = max(1, int(os.environ.get("SWITCHYARD_BENCH_REPEATS", "1")))
     if only:
         sets = [s for s in sets if s.name in only]
     if policies != POLICY_NAMES:
@@ -344,7 +381,7 @@ def run(quick: bool, out_dir: Path) -> int:
     if (only or policies != POLICY_NAMES) and previous.exists():
         results["sets"] = json.loads(previous.read_text()).get("sets", {})
     for device_set in sets:
-        fresh = run_set(device_set, seconds, drain, out_dir, policies)
+        fresh = run_set(device_set, seconds, drain, out_dir, policies, repeats)
         kept = results["sets"].get(device_set.name)
         if policies != POLICY_NAMES and kept:
             for stats in fresh["policies"].values():

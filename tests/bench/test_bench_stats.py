@@ -79,3 +79,15 @@ def test_metric_records_carry_every_row_once_in_records_of_one_class() -> None:
         if per_record > 1:
             version = 3 if form == "columns" else 2
             assert all(orjson.loads(v)["version"] == version for _, v, _ in records)
+
+
+def test_median_run_keeps_the_middle_run_and_lists_every_mean() -> None:
+    from bench.scheduling import median_run
+
+    runs = [{"completion_ms": {"mean": m}, "tag": t} for m, t in ((300.0, "a"), (100.0, "b"),
+                                                                  (200.0, "c"))]
+    kept = median_run(runs)
+    assert kept["tag"] == "c" and kept["runs_mean_ms"] == [300.0, 100.0, 200.0]
+    # A failed run sorts as the slowest; one run is kept as it is.
+    assert median_run([{"error": "x"}, runs[1]])["tag"] == "b"
+    assert "runs_mean_ms" not in median_run([runs[0]])

@@ -19,7 +19,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
+from app.demo import TOPIC_CLEANUP_TIMEOUT_S, delete_namespace_topics
 from app.local import LocalCluster
 
 logger = logging.getLogger(__name__)
@@ -64,7 +66,16 @@ class Cluster:
         return self.local.namespace
 
     def stop(self) -> None:
+        """Stop its processes, then delete its topics (its namespace's and its app id's
+        changelogs): a broker piling up every earlier run's partitions serves the later runs
+        of a benchmark more slowly than the first (a policy's figures must not depend on its
+        place in the run)."""
         self.local.stop()
+        try:
+            asyncio.run(asyncio.wait_for(delete_namespace_topics(
+                BROKER, (self.local.namespace, self.local.app_id)), TOPIC_CLEANUP_TIMEOUT_S))
+        except (TimeoutError, KafkaError, OSError) as exc:
+            logger.warning("could not delete the topics of %s: %s", self.namespace, exc)
 
 
 def start_cluster(workdir: Path, fleet: Sequence[ExecutorSpec], env: dict[str, str],

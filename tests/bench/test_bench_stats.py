@@ -46,6 +46,18 @@ def test_adaptation_times_find_move_and_return() -> None:
     assert times["returned_s"] == pytest.approx(4.0)  # [30, 32) is the first high one after 28
 
 
+def test_adaptation_times_tell_halving_from_a_floor_above_the_moved_line() -> None:
+    """A class that loses half its share at once and then keeps a floor just above 20 % of
+    it: *halved* is immediate, *moved* waits for a noisy dip, the settled share is the floor."""
+    centres = np.arange(1.0, 60.0, 2.0)
+    share = np.where((centres > 20) & (centres < 50), 0.13, 0.6)
+    share[centres == 41.0] = 0.1  # one dip under 0.12, 20 s after the onset
+    times = adaptation_times(centres, share, onset_s=20.0, recovery_s=50.0)
+    assert times["halved_s"] == pytest.approx(2.0)
+    assert times["moved_s"] == pytest.approx(22.0)
+    assert times["slowed_share"] == pytest.approx(0.13)
+
+
 def test_adaptation_times_report_none_when_nothing_moved() -> None:
     centres = np.arange(1.0, 20.0, 2.0)
     times = adaptation_times(centres, np.full(centres.size, 0.5), 8.0, 14.0)

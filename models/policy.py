@@ -239,7 +239,8 @@ class SwitchyardPolicy:
         warm = [i for i in range(len(usable)) if learned[i] and samples[i] > 0]
         if not cold or not warm:
             return
-        lift = min(math.log(mean_ms[i]) - self._priors.prior_log_ms(usable[i], op)
+        lift = min(math.log(max(float(mean_ms[i]), 1e-12))
+                   - self._priors.prior_log_ms(usable[i], op)
                    for i in warm)
         if lift <= 0.0:
             return

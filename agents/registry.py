@@ -7,6 +7,8 @@ import logging
 import time
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
 from agents import state
 from app import observability
 from app.gaps import reader
@@ -77,8 +79,10 @@ def device_records() -> list[dict[str, Any]]:
     return list(out.values())
 
 
-async def read_back() -> int:
-    """Read the newest heartbeats straight from the topic; the devices they show alive.
+async def read_back() -> int | None:
+    """Read the newest heartbeats straight from the topic; the devices they show alive, or
+    None when the broker could not be read (an outage: the devices table stands, and the
+    caller tries again on its next turn; an error here once stopped the whole worker).
 
     The registry's stream shares the worker's consumer with the workload stream, and Faust
     hands a fetched record to its stream only once the stream before it took its own: in a
@@ -89,7 +93,13 @@ async def read_back() -> int:
     must agree within the timeout), not from when this worker read it.
     """
     topic = topics.heartbeats.get_topic_name()
-    messages = await reader.tail(topic, range(settings.metric_partitions), READ_BACK_RECORDS)
+    try:
+        messages = await reader.tail(topic, range(settings.metric_partitions),
+                                     READ_BACK_RECORDS)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        logger.warning("could not read heartbeats back from %s (%s); trying again later",
+                       topic, exc)
+        return None
     newest: dict[str, dict[str, Any]] = {}
     for message in messages:
         try:
@@ -138,8 +148,9 @@ async def reroute_dead_classes() -> None:
     if not stranded_classes(classes):
         return  # the common case: no dead class holds work, so no scan of the in-flight table
     # Before work moves, the heartbeats topic itself confirms the deaths (this worker's
-    # registry stream may only be behind).
-    await read_back()
+    # registry stream may only be behind); unreadable (the broker is away), nothing moves.
+    if await read_back() is None:
+        return
     classes = live_view()
     if not classes or not stranded_classes(classes):
         return

@@ -116,7 +116,6 @@ class Backlog:
         # partition (``route_partition``): which of a class's devices has the least work.
         self._lanes: dict[tuple[str, int], Held] = {}
         self._log_pace: dict[str, float] = {}
-        self._unseen_log_pace = 0.0  # the pace of a class with no completion yet (ln)
         # The other workers' fresh shares, summed per class (``set_others``).
         self._others: dict[str, Held] = {}
         # How often each class's lanes changed (and rebuilds): what a derived view of the
@@ -213,7 +212,6 @@ class Backlog:
         current = self._log_pace.get(device_class)
         self._log_pace[device_class] = (step if current is None
                                         else current + PACE_ALPHA * (step - current))
-        self._unseen_log_pace = max(0.0, min(self._log_pace.values()))
 
     def pace(self, device_class: str) -> float:
         """Measured ÷ predicted time of the class's recent work (geometric mean, recent
@@ -225,7 +223,9 @@ class Backlog:
         device alike): at 1.0 it looked idle behind work that would take it several times
         longer (issue 13, sim-fp32 set)."""
         log_pace = self._log_pace.get(device_class)
-        return math.exp(self._unseen_log_pace if log_pace is None else log_pace)
+        if log_pace is None:
+            log_pace = max(0.0, min(self._log_pace.values(), default=0.0))
+        return math.exp(log_pace)
 
     def by_class(self) -> dict[str, dict[str, float]]:
         """``{class: {"ms": predicted ms, "count": workloads, "pace": measured ÷ predicted,

@@ -18,8 +18,8 @@ from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import ResultRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
-from app.tables import completed, inflight, input_offsets
-from models.backlog import InflightEntry, charge_of
+from app.tables import completed, input_offsets
+from models.backlog import charge_of
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
@@ -62,11 +62,10 @@ async def complete_one(event: Any) -> None:
         return
     if outcome.id.encode() in completed:
         observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
-        if inflight.get(outcome.id):
-            # the result was published but a crash lost the in-flight clean-up: do it now
-            close_inflight(outcome, inflight[outcome.id])
+        # the result was published but a crash may have lost the in-flight clean-up: do it now
+        state.close_inflight(outcome.id, now_ms())
         return
-    entry = inflight.get(outcome.id)
+    entry = state.book.get(outcome.id)
     if entry:
         outcome.submitted_at_ms = outcome.submitted_at_ms or entry["workload"].get(
             "submitted_at_ms")
@@ -78,7 +77,7 @@ async def complete_one(event: Any) -> None:
             # How long the class really took against what it was charged: its pace scales
             # the wait the next decisions expect behind its queue (models/backlog.py).
             state.backlog.observe(outcome.device_class, charge_of(entry), service_ms(outcome))
-        close_inflight(outcome, entry)
+        state.close_inflight(outcome.id, now_ms())  # seen finished now (models/dispatch.py)
 
 
 def service_ms(outcome: ResultRecord) -> float:
@@ -99,8 +98,3 @@ def service_ms(outcome: ResultRecord) -> float:
     return (float(outcome.latency_ms) + float(outcome.compile_ms or 0.0)
             + float(outcome.transfer_ms or 0.0)) / share
 
-
-def close_inflight(outcome: ResultRecord, entry: InflightEntry) -> None:
-    """Forget a finished workload: its in-flight entry and its share of the backlog."""
-    del inflight[outcome.id]
-    state.backlog.remove_entry(entry, now_ms())  # seen finished now (models/dispatch.py)

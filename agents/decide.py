@@ -29,11 +29,12 @@ from app.gaps import OffsetGuard
 from app.main import app, settings, topics
 from app.records import RouteRecord
 from app.streaming import dead_letter, event_context, now_ms
-from app.tables import completed, history, inflight, input_offsets, models
+from app.tables import completed, history, input_offsets, models
 from models.backlog import InflightEntry
 from models.costmodel import CostModel
 from models.dispatch import device_wait_ms, route_partition
 from models.history import HistoryModel
+from models.inflight import batch_key, reroute_key
 from models.ops import SpecError
 from models.policy import Decision, OverBudget, make_policy
 from models.registry import live_classes
@@ -206,9 +207,10 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     return Routed(workload, decision, record, fields, partition, offset, delivery, lane)
 
 
-def remember(routed: Routed, previous: InflightEntry | None) -> None:
-    """Record a sent route: in flight (replacing ``previous``, the entry of an earlier route of
-    the same workload), the class's backlog charge, and the ring of recent decisions.
+def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
+    """Record a sent route: in flight in batch ``key`` (replacing ``previous``, the entry of an
+    earlier route of the same workload), the class's backlog charge, and the ring of recent
+    decisions. The batch is stored once it is routed (``state.write_inflight``).
 
     Written as the route is handed to the producer, not after its ack. If a crash loses the
     route but not this entry, the workload's record is delivered again (its offset was never
@@ -223,10 +225,7 @@ def remember(routed: Routed, previous: InflightEntry | None) -> None:
     entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset)
     if routed.route_partition is not None:
         entry["route_partition"] = routed.route_partition
-    inflight[workload.id] = entry
-    if previous:
-        state.backlog.remove_entry(previous)
-    state.backlog.add_entry(entry)
+    state.add_inflight(key, routed.partition, workload.id, entry, previous)
 
 
 def check_deliveries() -> None:
@@ -248,7 +247,9 @@ async def route(workload: Workload, partition: int, attempt: int,
                               attempt, snapshot_now())
     if routed is None:
         return None
-    remember(routed, previous)
+    key = reroute_key(partition, workload.id, attempt)
+    remember(routed, key, previous)
+    state.write_inflight(key)
     await routed.delivery
     return routed.decision
 
@@ -316,7 +317,7 @@ async def decide_batch(batch: list[Any]) -> None:
         except SpecError as exc:
             await dead_letter("decide", event, str(exc))
             continue
-        previous = None if workload.id in seen else inflight.get(workload.id)
+        previous = None if workload.id in seen else state.book.get(workload.id)
         if (workload.id in seen or workload.id.encode() in completed
                 or (previous and not redelivered(previous, event))):
             observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
@@ -329,6 +330,12 @@ async def decide_batch(batch: list[Any]) -> None:
         return
     await wait_for_devices()
     snapshot = snapshot_now()
+    # One in-flight batch per workload partition, named by its first record.
+    firsts: dict[int, int] = {}
+    for event, _, _ in accepted:
+        partition, offset = event.message.partition, event.message.offset
+        firsts[partition] = min(offset, firsts.get(partition, offset))
+    keys = {partition: batch_key(partition, offset) for partition, offset in firsts.items()}
     for event, workload, previous in accepted:
         try:
             routed = await send_route(workload, event.message.partition, event.message.offset,
@@ -341,8 +348,10 @@ async def decide_batch(batch: list[Any]) -> None:
                               f"({workload.op.kind} in {', '.join(workload.precisions)})")
             continue
         with event_context(event):
-            remember(routed, previous)
+            remember(routed, keys[event.message.partition], previous)
         _unacked.append(routed.delivery)
+    for key in keys.values():
+        state.write_inflight(key)
 
 
 @app.agent(topics.reroutes, concurrency=1)
@@ -355,7 +364,7 @@ async def reroute(stream: Any) -> None:
         except (ValueError, KeyError, TypeError) as exc:
             await dead_letter("reroute", event, f"malformed re-route request: {exc}")
             continue
-        entry = inflight.get(workload_id)
+        entry = state.book.get(workload_id)
         if not entry or int(entry.get("attempt", 1)) != attempt or workload_id.encode() in completed:
             continue  # already completed or already routed again
         try:

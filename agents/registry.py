@@ -15,7 +15,7 @@ from app.gaps import reader
 from app.main import app, settings, topics
 from app.records import HeartbeatRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
-from app.tables import devices, inflight
+from app.tables import devices
 from app.topics import is_device_class
 from models.registry import live_classes
 from models.transfer import parse_link, parse_price
@@ -157,7 +157,7 @@ async def reroute_dead_classes() -> None:
     grace_ms = settings.device_timeout_s * 1000.0
     now = now_ms()
     sent = 0
-    for workload_id, entry in list(inflight.items()):
+    for workload_id, entry in state.book.items():
         if not entry or entry.get("device_class") in classes:
             continue
         if now - float(entry.get("decided_at_ms", now)) < grace_ms:

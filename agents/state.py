@@ -1,5 +1,9 @@
 """The worker's derived state: kept in memory, rebuilt from the tables on every assignment.
 
+- ``book``: routed, unfinished workloads (models/inflight.py), indexed by workload id, over
+  the ``inflight`` table's batches; ``add_inflight``, ``write_inflight`` and
+  ``close_inflight`` keep the two in step (one table write per decide batch and partition,
+  one delete when the batch's last workload finished).
 - ``backlog``: routed, unfinished work per class (models/backlog.py), the sum of the in-flight
   table's charges over this worker's partitions.
 - ``recent``: the newest decisions per workload partition, for ``/api/decisions`` and the
@@ -18,6 +22,7 @@ below sees the complete in-flight table of exactly the partitions this worker no
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -29,8 +34,9 @@ from typing import Any
 from app.faust_patches import CoordinatorWatch
 from app.main import app, settings, topics
 from app.streaming import event_context, now_ms
-from app.tables import backlog_shares, inflight
-from models.backlog import Backlog, BacklogShare, merge_shares
+from app.tables import backlog_shares, completed, inflight
+from models.backlog import Backlog, BacklogShare, InflightEntry, merge_shares
+from models.inflight import InflightBook
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +50,10 @@ SHARE_STALE_S = 5.0
 WORKER_ID = settings.worker_instance_id() or f"{socket.gethostname()}-{os.getpid()}"
 
 backlog = Backlog()
+book = InflightBook()
+# Stored batches found empty at a rebuild, deleted by the next timer turn (not while Faust is
+# still completing the rebalance).
+_garbage: list[tuple[str, int]] = []
 # Twice the group session timeout (app/main.py): a coordinator unknown that long is stuck.
 coordinator_watch = CoordinatorWatch(after_s=2 * app.conf.broker_session_timeout)
 recent: dict[int, deque[dict[str, Any]]] = {}
@@ -73,8 +83,10 @@ def assigned_workload_partitions() -> set[int]:
 
 
 def rebuild() -> None:
-    """Derive the backlog from the in-flight table; forget the rings of partitions gone."""
-    backlog.rebuild(inflight.values())
+    """Derive the in-flight book and the backlog from the in-flight table; forget the rings of
+    partitions gone."""
+    _garbage[:] = book.rebuild(list(inflight.items()), lambda wid: wid.encode() in completed)
+    backlog.rebuild(book.entries())
     owned = assigned_workload_partitions()
     for partition in list(recent):
         if partition not in owned:
@@ -90,14 +102,61 @@ app.on_rebalance_complete.connect(_on_rebalance_complete)  # type: ignore[arg-ty
 
 
 
-class _ShareWrite:
-    """The current event of a share's table write, which comes from a timer rather than a
-    stream: Faust writes a table change to the current event's partition (here partition 0,
-    of the workloads topic the table is partitioned like)."""
+class _PartitionWrite:
+    """The current event of a table write that belongs to a workload partition rather than to
+    the event being processed (a share's write from a timer; an in-flight batch written after
+    a decide batch that mixed partitions): Faust writes a table change to the current event's
+    partition, of the workloads topic these tables are partitioned like."""
 
-    def __init__(self) -> None:
-        self.message = SimpleNamespace(topic=topics.workloads.get_topic_name(), partition=0,
-                                       offset=-1, key=None, value=None, timestamp=time.time())
+    def __init__(self, partition: int = 0) -> None:
+        self.message = SimpleNamespace(topic=topics.workloads.get_topic_name(),
+                                       partition=partition, offset=-1, key=None, value=None,
+                                       timestamp=time.time())
+
+
+def add_inflight(key: str, partition: int, workload_id: str, entry: InflightEntry,
+                 previous: InflightEntry | None = None) -> None:
+    """A route was sent: hold its entry in batch ``key`` and charge the backlog (releasing
+    ``previous``, the entry of an earlier route of the same workload). The table is written
+    by ``write_inflight`` once the batch is routed."""
+    _drop(book.add(key, partition, workload_id, entry))
+    if previous:
+        backlog.remove_entry(previous)
+    backlog.add_entry(entry)
+
+
+def write_inflight(key: str) -> None:
+    """Store batch ``key``'s open entries: one changelog record for the whole batch."""
+    value = book.value(key)
+    if not value:
+        return  # every workload of it finished already
+    with event_context(_PartitionWrite(book.partition(key))):
+        inflight[key] = value
+    book.mark_written(key)
+
+
+def close_inflight(workload_id: str, now: float | None = None) -> InflightEntry | None:
+    """A workload finished: forget its entry and its backlog charge (seen finished at
+    ``now``); delete its batch once nothing in it is open. Its entry, or None."""
+    entry, emptied = book.close(workload_id)
+    if entry is not None:
+        backlog.remove_entry(entry, now)
+    _drop(emptied)
+    return entry
+
+
+def _drop(batches: list[tuple[str, int]]) -> None:
+    for key, partition in batches:
+        # KeyError: not in this worker's store (already deleted); the tombstone is sent anyway.
+        with event_context(_PartitionWrite(partition)), contextlib.suppress(KeyError):
+            del inflight[key]
+
+
+def drop_garbage() -> None:
+    """Delete the stored batches the last rebuild found empty."""
+    if _garbage and worker_ready():
+        batches, _garbage[:] = list(_garbage), []
+        _drop(batches)
 
 
 _published: dict[str, Any] = {"classes": None, "at": 0.0}
@@ -123,7 +182,7 @@ def publish_share() -> bool:
     now = time.monotonic()
     if share == _published["classes"] and now - _published["at"] < SHARE_REFRESH_S:
         return False
-    write = _ShareWrite()
+    write = _PartitionWrite()
     with event_context(write):
         value: BacklogShare = {"worker": WORKER_ID, "at_ms": now_ms(), "classes": share}
         backlog_shares[WORKER_ID] = value
@@ -143,6 +202,7 @@ async def share_backlog() -> None:
     try:
         publish_share()
         read_others()
+        drop_garbage()
     except Exception as exc:  # noqa: BLE001 - a missed share costs accuracy, never the worker
         logger.warning("backlog share not exchanged: %r", exc)
 

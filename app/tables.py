@@ -3,7 +3,7 @@
 | table | key | value | who writes | partitioning |
 |---|---|---|---|---|
 | completed | workload id (bytes) | its one result (changelog = switchyard.results) | complete | by workload id |
-| inflight | workload id | routed, unfinished work | decide, complete | by workload id |
+| inflight | "<partition>:<first offset>" of a decide batch | its routed, unfinished work by workload id (models/inflight.py) | decide, complete | by workload partition |
 | input_offsets | "<topic>#<partition>" | the next workload/outcome offset the stage expects (app/gaps.py) | decide, complete | by workload id |
 | devices (global) | device id | last heartbeat and when it was seen | registry | by device class |
 | class_models | device class | the class's cost model: learn's own state | learn | by device class |
@@ -13,8 +13,8 @@
 | tumbling, hopping | "<class>|<op kind>" | window statistics | window | by device class |
 | backlog_shares (global) | worker id | that worker's routed, unfinished work per class, and when | every worker, on a timer | partition 0 |
 
-The backlog per class and the ring of recent decisions are derived from these and kept in
-memory (agents/state.py); each worker publishes its backlog's totals to ``backlog_shares`` so
+The in-flight book (workload id → entry), the backlog per class and the ring of recent
+decisions are derived from these and kept in memory (agents/state.py); each worker publishes its backlog's totals to ``backlog_shares`` so
 that every worker waits on the whole class's queue, not only its own partitions' part.
 
 Global tables are read by every worker, so any decider sees every class's model and devices.

@@ -314,7 +314,7 @@ class DashboardData(web.View):
         # The oldest unfinished work first: what an operator looks at when something is stuck.
         unfinished = sorted(({"id": k, "device_class": v.get("device_class"),
                               "decided_at_ms": v.get("decided_at_ms"),
-                              "attempt": v.get("attempt")} for k, v in inflight.items() if v),
+                              "attempt": v.get("attempt")} for k, v in state.book.items()),
                             key=lambda e: e["decided_at_ms"] or 0)
         return self.json({
             "time_ms": now_ms(), "ready": worker_ready(), "window_s": window_s,

@@ -7,6 +7,7 @@ module: start-up is the expensive part on a 2-core machine.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections import Counter
@@ -75,6 +76,41 @@ def test_every_workload_gets_exactly_one_result(cluster):
     assert max(counts.values()) == 1  # exactly one result each, as a consumer sees it
     classes = {r["device_class"] for r in summary.results.values()}
     assert len(classes) >= 2  # explored more than one class
+
+
+def test_in_flight_state_is_stored_per_batch_and_deleted_when_done(cluster):
+    """The in-flight table holds one value per decide batch and workload partition (key
+    "<partition>:<first offset>"), and every batch is deleted once its workloads finished."""
+    trace = synthetic_trace(120, seed=12, id_prefix=f"book-{uuid.uuid4().hex[:6]}-")
+    summary = run_trace(cluster, trace, rate=400.0)
+    assert summary.as_dict()["missing"] == 0
+    ids = {w["id"] for w in trace}
+    changelog = f"{cluster.app_id}-inflight-changelog"
+
+    def settled(messages: list[dict]) -> bool:
+        last = {}  # each key's newest value: None once deleted
+        for m in messages:
+            last[m["key"]] = m["value"]
+        ours = {m["key"] for m in messages if isinstance(m["value"], dict)
+                and ids & set(m["value"])}
+        stored = {i for m in messages if isinstance(m["value"], dict) for i in m["value"]}
+        return ids <= stored and all(last[key] is None for key in ours)
+
+    messages = asyncio.run(consume_until(cluster.broker, changelog, settled, timeout_s=30.0))
+    ours = [m for m in messages if isinstance(m["value"], dict) and ids & set(m["value"])]
+    for m in ours:
+        partition, _, first = json.loads(m["key"]).partition(":")  # keys are JSON strings
+        assert int(partition) == m["partition"], m["key"]  # co-partitioned with its workloads
+        assert first.isdigit(), m["key"]
+        entries = m["value"].values()
+        assert {e["partition"] for e in entries} == {m["partition"]}
+        assert min(e["offset"] for e in entries) == int(first)
+    assert ids <= {i for m in ours for i in m["value"]}
+    # every batch written was deleted after its last write: nothing of the trace is left
+    last = {}
+    for m in messages:
+        last[(m["partition"], m["key"])] = m["value"]
+    assert all(last[(m["partition"], m["key"])] is None for m in ours)
 
 
 def test_a_workload_delivered_twice_is_decided_and_answered_once(cluster):

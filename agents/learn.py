@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import operator
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,7 @@ from agents.metricbatch import (
     parse_block,
 )
 from app import observability
-from app.main import settings
+from app.main import app, settings, topics
 from app.streaming import dead_letter, event_context
 from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
@@ -45,6 +47,16 @@ from models.transfer import update_transfer
 
 logger = logging.getLogger(__name__)
 STAGE_CPU = "switchyard_metric_stage_cpu_seconds_total"
+# The global copies (``models``, ``history``) are what deciders read, at most every
+# MODEL_REFRESH_S (0.5 s, agents/decide.py). Written after every metric batch (up to four a
+# second per class: metric_batch_within_s), the class's own table and this copy were each
+# ~15 KiB per workload at 10 workloads/s, four fifths of what the broker took. A class's copy
+# is written at most every COPY_PERIOD_S: the newest state not yet copied waits in
+# ``_pending`` for the timer below, and is dropped when partitions are revoked (the class's
+# next owner copies its own state at its next batch).
+COPY_PERIOD_S = 0.5
+_copied_at: dict[str, float] = {}
+_pending: dict[str, tuple[int, dict[str, Any], dict[str, Any]]] = {}
 __all__ = ["MetricRow", "batch_call", "cached_op", "check_metric", "learn_batch", "metric_row",
            "parse_metric", "parse_metrics", "parsed_batch"]
 
@@ -233,8 +245,7 @@ async def learn_batch(batch: MetricBatch) -> None:
         with event_context(event):
             class_models[device_class] = model_dict
             class_history[device_class] = history_dict
-            models[device_class] = model_dict  # the copy every decider reads
-            history[device_class] = history_dict
+            copy_or_hold(device_class, event, model_dict, history_dict)
         writing += time.thread_time() - wrote
         _LAST_WRITTEN[device_class] = (model, hist)
         observability.inc("switchyard_metrics_learned_total", int(rows.size),
@@ -245,6 +256,69 @@ async def learn_batch(batch: MetricBatch) -> None:
                                     device_class=device_class)
     observability.inc(STAGE_CPU, writing, step="tables")
     observability.inc(STAGE_CPU, time.thread_time() - began - writing, step="learn")
+
+
+def copy_or_hold(device_class: str, event: Any, model_dict: dict[str, Any],
+                 history_dict: dict[str, Any]) -> bool:
+    """Write the class's global copies (in the current event's partition) unless the last
+    copy is younger than COPY_PERIOD_S; then hold them, with ``event``'s partition, for
+    ``flush_due``. Whether it wrote."""
+    now = time.monotonic()
+    if now - _copied_at.get(device_class, -math.inf) < COPY_PERIOD_S:
+        _pending[device_class] = (int(event.message.partition), model_dict, history_dict)
+        return False
+    _pending.pop(device_class, None)
+    models[device_class] = model_dict  # the copy every decider reads
+    history[device_class] = history_dict
+    _copied_at[device_class] = now
+    return True
+
+
+def _owned_metric_partitions() -> set[int]:
+    name = topics.metrics.get_topic_name()
+    try:
+        assigned = app.assignor.assigned_actives()
+    except Exception:  # noqa: BLE001 - no assignment yet
+        return set()
+    return {tp.partition for tp in assigned if tp.topic == name}
+
+
+class _MetricPartitionWrite:
+    """The current event of a held copy's write from the timer: Faust writes a table change
+    to the current event's partition (of the metrics topic the model tables follow)."""
+
+    def __init__(self, partition: int) -> None:
+        self.message = SimpleNamespace(topic=topics.metrics.get_topic_name(),
+                                       partition=partition, offset=-1, key=None, value=None,
+                                       timestamp=time.time())
+
+
+def flush_due() -> None:
+    """Write the held copies that are due, of the classes whose partition this worker still
+    owns (a revoked one's state is its next owner's to copy)."""
+    if not _pending:
+        return
+    owned = _owned_metric_partitions()
+    for device_class, (partition, model_dict, history_dict) in list(_pending.items()):
+        if partition not in owned:
+            _pending.pop(device_class, None)
+            continue
+        write = _MetricPartitionWrite(partition)
+        with event_context(write):
+            copy_or_hold(device_class, write, model_dict, history_dict)
+
+
+@app.timer(interval=COPY_PERIOD_S / 2)
+async def flush_copies() -> None:
+    """Write the held global copies that are due."""
+    flush_due()
+
+
+async def _on_partitions_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+    _pending.clear()  # every held copy's partition may be moving: its next owner copies
+
+
+app.on_partitions_revoked.connect(_on_partitions_revoked)  # type: ignore[arg-type]
 
 
 def _number(value: Any) -> bool:

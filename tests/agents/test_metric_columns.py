@@ -6,6 +6,7 @@ learning equal to learning the rows `metric_row` gives, one class at a time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -235,3 +236,38 @@ def test_learn_batch_learns_what_metric_row_gives_row_by_row(monkeypatch) -> Non
     assert tables["class_models"]["jax-cpu-x86"]["setup"]["softmax/eager"]["ms"] == 40.0
     # The call of three workloads was learned once, as the bmm it computed, taking 0.9 ms.
     assert any(op.kind == "bmm" and ms == 0.9 for op, _, ms, _ in expected["torch-cpu-x86"])
+
+
+def test_global_copies_are_written_at_most_every_copy_period(monkeypatch) -> None:
+    """The class's own table gets every batch's state; the copy deciders read is written at
+    most every COPY_PERIOD_S, the newest state held meanwhile and written by the timer."""
+    tables: dict[str, dict[str, Any]] = {"models": {}, "history": {}}
+    for name, table in tables.items():
+        monkeypatch.setattr(learn, name, table)
+    monkeypatch.setattr(learn, "_copied_at", {})
+    monkeypatch.setattr(learn, "_pending", {})
+    clock = [100.0]
+    monkeypatch.setattr(learn.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(learn, "event_context", lambda write: contextlib.nullcontext())
+    period = learn.COPY_PERIOD_S
+    event = SimpleNamespace(message=SimpleNamespace(partition=3))
+    assert learn.copy_or_hold("cpu", event, {"version": 1}, {"version": 1})
+    clock[0] += period / 4
+    assert not learn.copy_or_hold("cpu", event, {"version": 2}, {"version": 2})
+    assert not learn.copy_or_hold("cpu", event, {"version": 3}, {"version": 3})
+    assert tables["models"]["cpu"] == {"version": 1}
+    assert learn._pending["cpu"] == (3, {"version": 3}, {"version": 3})
+    monkeypatch.setattr(learn, "_owned_metric_partitions", lambda: {3})
+    learn.flush_due()
+    assert tables["models"]["cpu"] == {"version": 1}  # not due yet: still held
+    clock[0] += period
+    learn.flush_due()
+    assert tables["models"]["cpu"] == tables["history"]["cpu"] == {"version": 3}
+    assert not learn._pending
+    # a held copy of a partition this worker no longer owns is dropped, not written
+    clock[0] += period / 4
+    learn.copy_or_hold("cpu", event, {"version": 4}, {"version": 4})
+    monkeypatch.setattr(learn, "_owned_metric_partitions", lambda: set())
+    clock[0] += period * 2
+    learn.flush_due()
+    assert tables["models"]["cpu"] == {"version": 3} and not learn._pending

@@ -22,7 +22,6 @@ import logging
 import math
 import operator
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,7 @@ from agents.metricbatch import (
 )
 from app import observability
 from app.main import app, settings, topics
-from app.streaming import dead_letter, event_context
+from app.streaming import PartitionWrite, assigned_partitions, dead_letter, event_context
 from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
 from models.history import HistoryModel
@@ -275,22 +274,7 @@ def copy_or_hold(device_class: str, event: Any, model_dict: dict[str, Any],
 
 
 def _owned_metric_partitions() -> set[int]:
-    name = topics.metrics.get_topic_name()
-    try:
-        assigned = app.assignor.assigned_actives()
-    except Exception:  # noqa: BLE001 - no assignment yet
-        return set()
-    return {tp.partition for tp in assigned if tp.topic == name}
-
-
-class _MetricPartitionWrite:
-    """The current event of a held copy's write from the timer: Faust writes a table change
-    to the current event's partition (of the metrics topic the model tables follow)."""
-
-    def __init__(self, partition: int) -> None:
-        self.message = SimpleNamespace(topic=topics.metrics.get_topic_name(),
-                                       partition=partition, offset=-1, key=None, value=None,
-                                       timestamp=time.time())
+    return assigned_partitions(topics.metrics.get_topic_name())
 
 
 def flush_due() -> None:
@@ -303,7 +287,7 @@ def flush_due() -> None:
         if partition not in owned:
             _pending.pop(device_class, None)
             continue
-        write = _MetricPartitionWrite(partition)
+        write = PartitionWrite(topics.metrics.get_topic_name(), partition)
         with event_context(write):
             copy_or_hold(device_class, write, model_dict, history_dict)
 

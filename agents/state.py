@@ -28,12 +28,11 @@ import os
 import socket
 import time
 from collections import deque
-from types import SimpleNamespace
 from typing import Any
 
 from app.faust_patches import CoordinatorWatch
 from app.main import app, settings, topics
-from app.streaming import event_context, now_ms
+from app.streaming import PartitionWrite, assigned_partitions, event_context, now_ms
 from app.tables import backlog_shares, completed, inflight
 from models.backlog import Backlog, BacklogShare, InflightEntry, merge_shares
 from models.inflight import InflightBook
@@ -74,12 +73,7 @@ def recent_decisions() -> list[dict[str, Any]]:
 
 def assigned_workload_partitions() -> set[int]:
     """The workload partitions this worker owns now."""
-    name = topics.workloads.get_topic_name()
-    try:
-        assigned = app.assignor.assigned_actives()
-    except Exception:  # noqa: BLE001 - no assignment yet
-        return set()
-    return {tp.partition for tp in assigned if tp.topic == name}
+    return assigned_partitions(topics.workloads.get_topic_name())
 
 
 def rebuild() -> None:
@@ -102,16 +96,11 @@ app.on_rebalance_complete.connect(_on_rebalance_complete)  # type: ignore[arg-ty
 
 
 
-class _PartitionWrite:
-    """The current event of a table write that belongs to a workload partition rather than to
-    the event being processed (a share's write from a timer; an in-flight batch written after
-    a decide batch that mixed partitions): Faust writes a table change to the current event's
-    partition, of the workloads topic these tables are partitioned like."""
-
-    def __init__(self, partition: int = 0) -> None:
-        self.message = SimpleNamespace(topic=topics.workloads.get_topic_name(),
-                                       partition=partition, offset=-1, key=None, value=None,
-                                       timestamp=time.time())
+def _partition_write(partition: int = 0) -> PartitionWrite:
+    """The current event of a write that belongs to a workload partition (a share's write from
+    a timer; an in-flight batch written after a decide batch that mixed partitions): these
+    tables are partitioned like the workloads topic."""
+    return PartitionWrite(topics.workloads.get_topic_name(), partition)
 
 
 def add_inflight(key: str, partition: int, workload_id: str, entry: InflightEntry,
@@ -130,7 +119,7 @@ def write_inflight(key: str) -> None:
     value = book.value(key)
     if not value:
         return  # every workload of it finished already
-    with event_context(_PartitionWrite(book.partition(key))):
+    with event_context(_partition_write(book.partition(key))):
         inflight[key] = value
     book.mark_written(key)
 
@@ -148,7 +137,7 @@ def close_inflight(workload_id: str, now: float | None = None) -> InflightEntry 
 def _drop(batches: list[tuple[str, int]]) -> None:
     for key, partition in batches:
         # KeyError: not in this worker's store (already deleted); the tombstone is sent anyway.
-        with event_context(_PartitionWrite(partition)), contextlib.suppress(KeyError):
+        with event_context(_partition_write(partition)), contextlib.suppress(KeyError):
             del inflight[key]
 
 
@@ -182,7 +171,7 @@ def publish_share() -> bool:
     now = time.monotonic()
     if share == _published["classes"] and now - _published["at"] < SHARE_REFRESH_S:
         return False
-    write = _PartitionWrite()
+    write = _partition_write()
     with event_context(write):
         value: BacklogShare = {"worker": WORKER_ID, "at_ms": now_ms(), "classes": share}
         backlog_shares[WORKER_ID] = value

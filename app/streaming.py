@@ -9,11 +9,12 @@ import math
 import time
 import weakref
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 from app import observability
 from app.faust_patches import current_event
-from app.main import settings, topics
+from app.main import app, settings, topics
 from app.records import DeadLetterRecord
 from models.ops import SpecError
 from models.workload import decode_json_bounded
@@ -40,6 +41,25 @@ def event_context(event: Any) -> Iterator[None]:
         yield
     finally:
         current_event.reset(token)
+
+
+class PartitionWrite:
+    """The current event of a table write that belongs to a partition of ``topic`` rather than
+    to the event being processed (a write from a timer; one written after a batch that mixed
+    partitions): Faust writes a table change to the current event's partition."""
+
+    def __init__(self, topic: str, partition: int = 0) -> None:
+        self.message = SimpleNamespace(topic=topic, partition=partition, offset=-1, key=None,
+                                       value=None, timestamp=time.time())
+
+
+def assigned_partitions(topic: str) -> set[int]:
+    """The partitions of ``topic`` this worker owns now (none before the first assignment)."""
+    try:
+        assigned = app.assignor.assigned_actives()
+    except Exception:  # noqa: BLE001 - no assignment yet
+        return set()
+    return {tp.partition for tp in assigned if tp.topic == topic}
 
 
 def _key_text(key: Any) -> str | None:

@@ -66,9 +66,6 @@ class InflightBook:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __contains__(self, workload_id: object) -> bool:
-        return workload_id in self._entries
-
     def get(self, workload_id: str) -> InflightEntry | None:
         held = self._entries.get(workload_id)
         return held[1] if held else None

@@ -220,6 +220,7 @@ def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
     """
     workload, record, route = routed.workload, routed.record, routed.fields
     state.record_decision(routed.partition, decision_view(route))
+    state.note_route(workload, record.device_class)
     observability.inc("switchyard_decisions_total", device_class=record.device_class,
                       policy=policy.name, reason=record.reason)
     entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset)

@@ -8,6 +8,8 @@
   table's charges over this worker's partitions.
 - ``recent``: the newest decisions per workload partition, for ``/api/decisions`` and the
   dashboard (a view, not state: a restarted worker starts it empty).
+- ``shapes`` and ``last_routed``: the distinct shapes routed lately and when each class was
+  last routed work, what idle probes imitate and wait for (agents/probe.py; a view too).
 
 The backlog's totals are also published, every ``SHARE_PERIOD_S``, to the global
 ``backlog_shares`` table under this worker's id, and the other workers' fresh shares are added
@@ -36,6 +38,8 @@ from app.streaming import PartitionWrite, assigned_partitions, event_context, no
 from app.tables import backlog_shares, completed, inflight
 from models.backlog import Backlog, BacklogShare, InflightEntry, merge_shares
 from models.inflight import InflightBook
+from models.probing import RecentShapes
+from models.workload import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +60,14 @@ _garbage: list[tuple[str, int]] = []
 # Twice the group session timeout (app/main.py): a coordinator unknown that long is stuck.
 coordinator_watch = CoordinatorWatch(after_s=2 * app.conf.broker_session_timeout)
 recent: dict[int, deque[dict[str, Any]]] = {}
+shapes = RecentShapes()
+last_routed: dict[str, float] = {}  # device class -> time.monotonic() of its last route
+
+
+def note_route(workload: Workload, device_class: str) -> None:
+    """Remember a routed workload's shape and when its class was last given work."""
+    shapes.add(workload)
+    last_routed[device_class] = time.monotonic()
 
 
 def record_decision(partition: int, entry: dict[str, Any]) -> None:

@@ -345,19 +345,26 @@ class Executor:
             results = await loop.run_in_executor(
                 self.compute, lambda: perform_batch(members, self.runtime, **options))
         self.processed += len(results)
+        # A probe (agents/probe.py) is measured but has no outcome: nobody submitted it.
+        probes = {route["id"] for i in group
+                  if isinstance(route := plan.routes[i], dict) and route.get("probe") is True}
         tasks: list[asyncio.Task[None]] = []
         for result in results:
-            tasks += await self._publish(producer, result)
+            tasks += await self._publish(producer, result,
+                                         outcome=result.outcome.get("id") not in probes)
         return tasks
 
-    async def _publish(self, producer: RenewingProducer,
-                       result: WorkResult) -> list[asyncio.Task[None]]:
-        """Hand a result's outcome to the producer and gather its metric (published with the
-        others when the batch is due); the tasks await their acks."""
+    async def _publish(self, producer: RenewingProducer, result: WorkResult,
+                       outcome: bool = True) -> list[asyncio.Task[None]]:
+        """Hand a result's outcome (unless ``outcome`` is False) to the producer and gather
+        its metric (published with the others when the batch is due); the tasks await their
+        acks."""
         row = MetricRecord.from_data(result.metric).dumps()
-        outcome = ResultRecord.from_data(result.outcome)
-        tasks = [asyncio.create_task(self._send(producer, topics.OUTCOMES, outcome.id,
-                                                outcome.dumps()))]
+        tasks = []
+        if outcome:
+            record = ResultRecord.from_data(result.outcome)
+            tasks.append(asyncio.create_task(self._send(producer, topics.OUTCOMES, record.id,
+                                                        record.dumps())))
         if self._metric_bytes + len(row) > METRIC_BATCH_MAX_BYTES:
             tasks += await self._flush_metrics(producer)
         loop_time = asyncio.get_running_loop().time()

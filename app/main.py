@@ -124,7 +124,7 @@ topics = Topics(app, settings)
 
 
 STAGES = ("agents.registry", "agents.metrics", "agents.decide",
-          "agents.complete", "app.web")
+          "agents.complete", "agents.probe", "app.web")
 
 
 def load_stages() -> None:

@@ -50,6 +50,9 @@ class RouteRecord(_Wire):
     predicted_cost: float = 0.0
     energy_estimated: bool = False
     compared: list[dict[str, Any]] | None = None
+    # An informative probe of an idle class (agents/probe.py): the executor runs it and
+    # publishes its metric, but no outcome (nobody submitted it; it has no result).
+    probe: bool = False
 
 
 class MetricRecord(_Wire):

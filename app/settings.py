@@ -86,6 +86,18 @@ class Settings(BaseSettings):
     # In-flight work whose class has no live device for this long is routed again.
     reroute_check_s: float = Field(default=1.0, gt=0)
 
+    # Informative probes (agents/probe.py, models/probing.py): a class idle for
+    # ``idle_probe_after_s`` is handed one execution of a recently seen shape in the variant its
+    # cost model is least sure of, at most every ``idle_probe_interval_s``; only when predicted
+    # (with setup) within ``idle_probe_max_ms`` and when the model's weight std of ln(ms) is at
+    # least ``idle_probe_min_std``. Off by default: probes spend device time nobody asked for.
+    idle_probing: bool = Field(
+        default=False, description="Send informative probe executions to idle classes.")
+    idle_probe_after_s: float = Field(default=2.0, gt=0)
+    idle_probe_interval_s: float = Field(default=1.0, gt=0)
+    idle_probe_max_ms: float = Field(default=50.0, gt=0)
+    idle_probe_min_std: float = Field(default=0.05, ge=0)
+
     # Per-workload cost of an executor outside the measured execution (fetching the route,
     # publishing metric and outcome, committing): about 5-10 ms on the 2-core development VM.
     # Counted in each class's expected wait, so small ops do not all pile onto one class.

@@ -236,6 +236,12 @@ class Backlog:
                     "others_count": self._others.get(c, empty).count}
                 for c, h in self._held.items()}
 
+    def holds_work(self, device_class: str) -> bool:
+        """Whether a class has unfinished work routed by this worker or (as last set) by the
+        others: by count, since the predicted ms left after releases are float residue."""
+        held, other = self._held.get(device_class), self._others.get(device_class)
+        return bool((held and held.count > 0) or (other and other.count > 0))
+
     def busy_classes(self) -> set[str]:
         """Classes holding at least one unfinished workload."""
         return {c for c, h in self._held.items() if h.count > 0}

@@ -25,6 +25,7 @@ from models.backlog import InflightEntry
 from models.costmodel import CostModelLike
 from models.decision import Candidate, Decision, Policy
 from models.history import HistoryModel
+from models.probing import ProbeOption
 from models.registry import ClassView, candidates_for
 from models.setup import WarmRoutes, expected_setup_ms, setup_known
 from models.transfer import predict_transfer_ms, transfer_bytes
@@ -46,7 +47,8 @@ class Snapshot:
     transfer: dict[str, Any] = field(default_factory=dict)
 
 
-def warm_key(workload: Workload, candidate: Candidate | Decision) -> tuple[str, str, str]:
+def warm_key(workload: Workload,
+             candidate: Candidate | Decision | ProbeOption) -> tuple[str, str, str]:
     """The (shape, precision, mode) a class keeps warm once it has run it."""
     return (workload.op.signature(), candidate.variant.precision, candidate.variant.mode)
 

@@ -126,3 +126,17 @@ def test_the_others_share_counts_in_the_wait_but_is_not_republished() -> None:
     assert backlog.by_class()["a"]["others_count"] == 3
     backlog.set_others({})
     assert backlog.ms("a", per_workload_ms=1.0) == pytest.approx(before)
+
+
+def test_a_class_holds_work_by_count_not_by_the_ms_left_after_releases() -> None:
+    backlog = Backlog()
+    charges = [0.1, 0.2, 0.7]
+    for charged in charges:
+        backlog.add_entry(entry("a", charged))
+    for charged in charges:
+        backlog.remove_entry(entry("a", charged))
+    assert not backlog.holds_work("a") and not backlog.holds_work("never-routed")
+    backlog.set_others({"b": Held(ms=5.0, count=1)})  # another worker's work on b
+    assert backlog.holds_work("b")
+    backlog.add_entry(entry("a", 0.1))
+    assert backlog.holds_work("a")

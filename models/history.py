@@ -34,6 +34,8 @@ CALIBRATE_MINIMUM = 10
 MAX_ENTRIES = 2048
 # A power law needs at least this many distinct sizes to be fitted (3 parameters).
 MIN_POWER_LAW_POINTS = 3
+# The largest ln of a power law's term kept: exp() of more overflows a double.
+MAX_LOG = 700.0
 
 PowerLaw = tuple[float, float, float]  # (a, b, c): time_ms = a * size^b + c
 
@@ -85,8 +87,12 @@ def fit_power_law(sizes: np.ndarray, times: np.ndarray, weights: np.ndarray) -> 
             x2 = lo + ratio * (hi - lo)
             f2 = fit(x2)[2]
     c = 0.5 * (lo + hi)
-    best = min((fit(c) + (c,), fit(0.0) + (0.0,)), key=lambda r: r[2])
-    return math.exp(best[0]), best[1], best[3]
+    log_a, b, _, c = min((fit(c) + (c,), fit(0.0) + (0.0,)), key=lambda r: r[2])
+    if not (math.isfinite(log_a) and math.isfinite(b)) or log_a > MAX_LOG:
+        # Sizes too close together for a slope (a law that scales time by e^700 between
+        # them): no law, the history's means answer instead.
+        return None
+    return math.exp(log_a), b, c
 
 
 class HistoryModel:
@@ -248,7 +254,8 @@ class HistoryModel:
         if law is None:
             return None
         a, b, c = law
-        return a * op.bytes_moved(variant.precision) ** b + c
+        log_term = math.log(a) + b * math.log(max(op.bytes_moved(variant.precision), 1e-9))
+        return None if log_term > MAX_LOG else math.exp(log_term) + c
 
     # -- state -----------------------------------------------------------------------------
     def subset(self, device_class: str) -> HistoryModel:

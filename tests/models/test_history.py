@@ -70,6 +70,12 @@ def test_power_law_recovers_a_size_b_plus_c() -> None:
     assert fit_power_law(sizes[:2], sizes[:2], np.ones(2)) is None
 
 
+def test_sizes_too_close_for_a_slope_give_no_law_rather_than_an_overflow() -> None:
+    # A slope of about -1e10 between sizes 1e-10 apart: ln a ~ 7e10, past any double.
+    sizes = np.array([1000.0, 1000.0000001, 1000.0000002])
+    assert fit_power_law(sizes, np.array([3.0, 2.0, 1.0]), np.ones(3)) is None
+
+
 def test_power_law_from_history_predicts_unseen_sizes() -> None:
     history = HistoryModel()
     for n in (32, 64, 128, 256, 512):

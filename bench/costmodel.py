@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -35,20 +34,23 @@ from bench.common import (
     pyplot,
     save_figure,
     section_header,
-    summarize,
     update_benchmarks_md,
     write_json,
 )
-from models.costmodel import CostModelLike, Prediction, Row
-from models.costmodels import make_cost_model
-from models.features import featurize
+from bench.costmodel_sampling import compare_sampling, sampling_table
+from bench.costmodel_scoring import (
+    MODEL_NAMES,
+    outcomes,
+    pool_outcomes,
+    split_measurements,
+    train,
+)
+from models.costmodel import Row
 from models.ops import OpSpec, Variant, make_inputs, parse_op
-from models.priors import prior_for_class
 from models.workload import parse_workload
 
 logger = logging.getLogger(__name__)
 SAMPLE_SIZES = (50, 200, 1000)
-MODEL_NAMES = ("switchyard", "sgd", "starpu-history", "starpu-powerlaw", "sklearn-gbr")
 PRECISIONS = ("fp32", "bf16")
 RUNTIMES = ("torch", "jax", "numpy")
 LAYER_TRACE = Path(__file__).resolve().parent.parent / "traces" / "model-layers.jsonl"
@@ -58,6 +60,9 @@ BREAKDOWN_SIZE = 200
 # draw's top-1 moved by 15-20 points between draws (62 % vs a 6-draw mean of 80 % at 200
 # rows/class), more than the differences between models.
 TRAINING_DRAWS = 5
+# Draws of the sampling comparison (bench/costmodel_sampling.py): its arms differ by a few
+# points, so it pools more draws than the main table.
+SAMPLING_DRAWS = 20
 
 
 def layer_shapes(path: Path = LAYER_TRACE) -> list[tuple[str, OpSpec]]:
@@ -138,46 +143,6 @@ def measure(shapes: list[OpSpec], repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-class OfflineRegressor:
-    """A scikit-learn gradient-boosted regressor of ln(ms) on the cost-model features (with the
-    class's roofline prior as one of them), fitted once on all the rows it is given."""
-
-    def __init__(self, device_class: str) -> None:
-        self.prior = prior_for_class(device_class)
-        self.model: Any = None
-
-    def _x(self, op: OpSpec, variant: Variant) -> np.ndarray:
-        return featurize(op, variant, self.prior.roofline_log_ms(op, variant))
-
-    def learn_many(self, rows: list[Row]) -> None:
-        from sklearn.ensemble import GradientBoostingRegressor
-
-        x = np.array([self._x(op, v) for op, v, _, _ in rows])
-        y = np.log(np.maximum([ms for _, _, ms, _ in rows], 1e-6))
-        self.model = GradientBoostingRegressor(n_estimators=200, max_depth=3,
-                                               learning_rate=0.05, random_state=0).fit(x, y)
-
-    def predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
-        log_ms = float(self.model.predict(self._x(op, variant)[None, :])[0])
-        return Prediction(math.exp(log_ms), 0.0, None, None, 0, log_ms, 0.0)
-
-
-def train(name: str, device_class: str, rows: list[Row]) -> CostModelLike | OfflineRegressor:
-    """A model of kind ``name`` after learning ``rows`` (online models in batches of 50, as the
-    learn stage folds metric batches)."""
-    model: Any
-    if name == "sklearn-gbr":
-        model = OfflineRegressor(device_class)
-        model.learn_many(rows)
-        return model
-    kind = {"switchyard": "blr", "sgd": "sgd", "starpu-history": "history",
-            "starpu-powerlaw": "powerlaw"}[name]
-    model = make_cost_model(kind, device_class)
-    for start in range(0, len(rows), 50):
-        model.learn_many(rows[start:start + 50])
-    return model
-
-
 def measurement_floor(measured: list[dict[str, Any]]) -> dict[str, Any]:
     """The measurements' own spread: median APE of the median of the first half of each
     (shape, class, variant)'s repeats against the second half's, per class and overall, and
@@ -199,52 +164,6 @@ def measurement_floor(measured: list[dict[str, Any]]) -> dict[str, Any]:
             "top1": float(np.mean(agree)) if agree else None}
 
 
-def _outcomes(trained: dict[str, Any], shapes: list[OpSpec],
-              truth: dict[int, dict[tuple[str, str, str], float]]) -> dict[str, Any]:
-    """Per-prediction and per-shape outcomes of ``trained`` on ``truth`` (lists, to pool)."""
-    out: dict[str, Any] = {"ape": [], "hits": [], "regret": [], "within1": [], "within2": [],
-                           "per_class": defaultdict(list)}
-    for shape, options in truth.items():
-        op = shapes[shape]
-        predicted = {}
-        for (c, precision, mode), true_ms in options.items():
-            pred = trained[c].predict_one(op, Variant(precision, mode))
-            predicted[(c, precision, mode)] = pred.mean_ms
-            error = 100.0 * abs(pred.mean_ms - true_ms) / true_ms
-            out["ape"].append(error)
-            out["per_class"][f"{c}/{precision}/{mode}"].append(error)
-            if pred.log_std > 0.0:
-                z = abs(math.log(true_ms) - pred.log_mean) / pred.log_std
-                out["within1"].append(z <= 1.0)
-                out["within2"].append(z <= 2.0)
-        pick = min(predicted, key=lambda k: predicted[k])
-        best = min(options, key=lambda k: options[k])
-        out["hits"].append(pick == best)
-        out["regret"].append(options[pick] / options[best])
-    return out
-
-
-def _pool(draws: list[dict[str, Any]]) -> dict[str, Any]:
-    """APE, top-1, regret, per-class APE and calibration over every draw's outcomes."""
-    ape = [e for d in draws for e in d["ape"]]
-    hits = [h for d in draws for h in d["hits"]]
-    regret = [r for d in draws for r in d["regret"]]
-    within1 = [w for d in draws for w in d["within1"]]
-    within2 = [w for d in draws for w in d["within2"]]
-    per_class: dict[str, list[float]] = defaultdict(list)
-    for d in draws:
-        for key, errors in d["per_class"].items():
-            per_class[key] += errors
-    misses = [r for r, hit in zip(regret, hits, strict=True) if not hit]
-    return {"median_ape": summarize(ape)["p50"], "p90_ape": float(np.percentile(ape, 90)),
-            "top1": float(np.mean(hits)), "mean_regret": float(np.mean(regret)),
-            "misses": len(misses), "misses_within_5pct": sum(r <= 1.05 for r in misses),
-            "points": len(ape), "shapes": len(hits), "draws": len(draws),
-            "within_1sd": float(np.mean(within1)) if within1 else None,
-            "within_2sd": float(np.mean(within2)) if within2 else None,
-            "per_class": {k: float(np.median(v)) for k, v in sorted(per_class.items())}}
-
-
 def evaluate(measured: list[dict[str, Any]], shapes: list[OpSpec], held_out: set[int],
              sizes: tuple[int, ...], seed: int,
              unseen: dict[str, set[int]] | None = None, draws: int = 1) -> dict[str, Any]:
@@ -256,32 +175,24 @@ def evaluate(measured: list[dict[str, Any]], shapes: list[OpSpec], held_out: set
     """
     rng = np.random.default_rng(seed)
     sets = {"held_out": held_out, **(unseen or {})}
-    excluded = set().union(*sets.values())
-    pool: dict[str, list[Row]] = defaultdict(list)
-    truth: dict[str, dict[int, dict[tuple[str, str, str], float]]] = {
-        name: defaultdict(dict) for name in sets}
-    for row in measured:
-        op, variant = shapes[row["shape"]], Variant.from_dict(row["variant"])
-        if row["shape"] in excluded:
-            key = (row["class"], variant.precision, variant.mode)
-            for name, members in sets.items():
-                if row["shape"] in members:
-                    truth[name][row["shape"]][key] = float(np.median(row["times_ms"]))
-        else:
-            pool[row["class"]] += [(op, variant, float(t), None) for t in row["times_ms"]]
+    options, truth = split_measurements(measured, shapes, sets)
+    # As an online system sees them: any of a (shape, variant)'s timed runs, with repeats.
+    pool: dict[str, list[Row]] = {
+        c: [(op, variant, float(t), None) for op, variant, times in rows for t in times]
+        for c, rows in options.items()}
     out: dict[str, Any] = {name: {} for name in sets}
     for size in sizes:
-        outcomes: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        by_model: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
         for _ in range(draws):
             streams = {c: [rows[i] for i in rng.integers(len(rows), size=size)]
                        for c, rows in pool.items()}
             for name in MODEL_NAMES:
                 trained = {c: train(name, c, stream) for c, stream in streams.items()}
                 for set_name in sets:
-                    outcomes[(name, set_name)].append(
-                        _outcomes(trained, shapes, truth[set_name]))
-        for (name, set_name), per_draw in outcomes.items():
-            out[set_name].setdefault(name, {})[str(size)] = _pool(per_draw)
+                    by_model[(name, set_name)].append(
+                        outcomes(trained, shapes, truth[set_name]))
+        for (name, set_name), per_draw in by_model.items():
+            out[set_name].setdefault(name, {})[str(size)] = pool_outcomes(per_draw)
     return out
 
 
@@ -397,6 +308,9 @@ def report(results: dict[str, Any], quick: bool) -> str:
                + f" Of the {ours['misses']} held-out top-1 misses, "
                f"{ours['misses_within_5pct']} picked a (class, variant) within 5 % of the "
                "fastest."))
+    if results.get("sampling"):
+        parts.append(sampling_table(results["sampling"], BREAKDOWN_SIZE,
+                                    results["sampling_draws"]))
     parts.append("\n![costmodel](bench/out/costmodel.png)")
     return "\n\n".join(parts)
 
@@ -420,12 +334,17 @@ def run(quick: bool, out_dir: Path) -> int:
           flush=True)
     scores = evaluate(measured, all_shapes, held_out, SAMPLE_SIZES, seed=9,
                       unseen={"layers": layer_index}, draws=TRAINING_DRAWS)
+    options, truth = split_measurements(measured, all_shapes,
+                                        {"held_out": held_out, "layers": layer_index})
+    sampling = compare_sampling(options, truth, all_shapes, BREAKDOWN_SIZE, SAMPLING_DRAWS,
+                                seed=11)
     results = {"machine": info, "quick": quick, "per_kind": per_kind, "repeats": repeats,
                "shapes": len(shapes), "held_out": len(held_out), "measure_s": measure_s,
                "draws": TRAINING_DRAWS, "layer_count": len(layers), "layer_ids": [name for name, _ in layers],
                "classes": sorted({r["class"] for r in measured}),
                "floor": measurement_floor(measured),
                "models": scores["held_out"], "layers": scores["layers"],
+               "sampling": sampling, "sampling_draws": SAMPLING_DRAWS,
                "measurements": [{**r, "op": all_shapes[r["shape"]].to_dict()}
                                 for r in measured]}
     write_json(out_dir, "costmodel", results)
@@ -436,4 +355,7 @@ def run(quick: bool, out_dir: Path) -> int:
             s = by_size[str(BREAKDOWN_SIZE)]
             print(f"[costmodel] {set_name:<6} {name:<16} at {BREAKDOWN_SIZE}/class: median APE "
                   f"{s['median_ape']:.1f} %  top-1 {100 * s['top1']:.0f} %")
+    for set_name, arms in sampling.items():
+        print(f"[costmodel] sampling {set_name:<8} " + "  ".join(
+            f"{arm}: {s['median_ape']:.1f} % / {100 * s['top1']:.0f} %" for arm, s in arms.items()))
     return 0

@@ -45,10 +45,12 @@ from bench.common import (
     write_json,
 )
 from bench.harness import BROKER, ExecutorSpec, run_trace, start_cluster, topic
+from bench.kafka_floor import kafka_floor
 from models.traces import poisson_gaps, synthetic_trace
 
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench")) / "pipeline"
 CPU_ROLES = ("worker", "executors", "broker", "load generator")
+FLOOR_RATE_PER_S = 25.0  # issue 12's round-trip goal is stated at 25 workloads/s
 METRIC_PARTITIONS = 4  # the settings' default metric_partitions
 METRIC_BATCH_MULTIPLE = 5  # the batch form's metrics, as a multiple of the one-row form's
 # Rows per metrics record and the record's form: one execution a record; an executor's batch
@@ -303,7 +305,34 @@ def decide_path(rates: list[float], seconds: float) -> dict[str, Any]:
                   f"{fmt(load['cpu_ms_per_workload']['worker'])} ms/workload", flush=True)
     finally:
         cluster.stop()
+    floor = kafka_floor(FLOOR_RATE_PER_S, seconds)
+    out["floor"] = floor
+    print(f"[pipeline] the same four hops over raw aiokafka at {FLOOR_RATE_PER_S:g}/s: p50 "
+          f"{fmt(floor['round_trip_ms']['p50'])} ms, p99 {fmt(floor['round_trip_ms']['p99'])} ms",
+          flush=True)
     return out
+
+
+def floor_sentence(decide: dict[str, Any]) -> str:
+    """The round trip's floor (bench/kafka_floor.py) and the round trip at its rate over it."""
+    floor = decide.get("floor")
+    if not floor:
+        return ""
+    trip = floor["round_trip_ms"]
+    load = decide["loads"].get(f"{floor['rate_per_s']:g}")
+    ratio = ""
+    if load and trip["p50"] and trip["p99"]:
+        ours = load["kafka_overhead_ms"]
+        ratio = (f"; Switchyard's round trip at that rate is {fmt(ours['p50'] / trip['p50'], '.2f')}"
+                 f"× that at p50 and {fmt(ours['p99'] / trip['p99'], '.2f')}× at p99")
+    return (f"**The round trip's floor**: the same four hops (workload → worker → executor → "
+            f"worker → client) with nothing but aiokafka in between (three relays that consume a "
+            f"topic and produce each record to the next, acks=all, no linger; "
+            f"`bench/kafka_floor.py`), {floor['received']}/{floor['sent']} records at "
+            f"{floor['rate_per_s']:g}/s: p50 {fmt(trip['p50'])} ms, p99 {fmt(trip['p99'])} ms"
+            f"{ratio}."
+            + (" Issue 12's round-trip goal (p50 ≤ 5 ms) is below this floor on this machine."
+               if trip["p50"] and trip["p50"] > 5.0 else ""))
 
 
 def plot(results: dict[str, Any], out_dir: Path) -> Path:
@@ -411,6 +440,9 @@ def report(results: dict[str, Any], quick: bool) -> str:
         ["offered /s", "decisions /s", "decision p50 ms", "decision p99 ms",
          "Kafka round trip p50 ms", "p99 ms", "completion p50 ms", "execution p50 ms",
          "results", *(f"CPU ms/wl: {role}" for role in CPU_ROLES)], rows))
+    floor_text = floor_sentence(d)
+    if floor_text:
+        parts.append(floor_text)
     if results.get("worker_capacity"):
         from bench.hotpath import report_capacity
 

@@ -14,7 +14,7 @@ from app import kafka_local
 
 RUNTIMES = ("torch", "jax", "numpy", "sim")
 BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift", "batching", "offload",
-              "fleetsim")
+              "fleetsim", "layers")
 
 
 def _kafka(ns: argparse.Namespace) -> int:
@@ -195,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=BENCHMARKS,
                        help="scheduling (policies vs an oracle), costmodel (accuracy), pipeline "
                             "(throughput), drift (adaptation), batching (dynamic batching in an "
-                            "executor), offload (local fleet vs a remote class behind a link)")
+                            "executor), offload (local fleet vs a remote class behind a link), "
+                            "fleetsim (large simulated fleets), layers (real model layers: "
+                            "placement against a one-core profile, idle probes off and on)")
     bench.add_argument("--quick", action="store_true", help="a short run (under 5 minutes)")
     bench.add_argument("--out", default="bench/out", help="output folder")
     bench.set_defaults(func=_bench)

@@ -1,4 +1,4 @@
-"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching|offload|fleetsim
+"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching|offload|fleetsim|layers
 [--quick]``.
 
 Each writes JSON and PNG under ``bench/out/`` and replaces its section of ``BENCHMARKS.md``.
@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 BENCHMARK_NAMES: tuple[str, ...] = ("scheduling", "costmodel", "pipeline", "drift", "batching",
-                                    "offload", "fleetsim")
+                                    "offload", "fleetsim", "layers")
 
 
 def run_benchmark(name: str, quick: bool, out_dir: Path) -> int:

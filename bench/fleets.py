@@ -121,7 +121,7 @@ def sim_true_ms(classes: Sequence[str], ops: Sequence[OpSpec], precisions: Seque
 
 
 def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str],
-                     repeats: int) -> tuple[str, dict[str, float]]:
+                     repeats: int, handling: bool = True) -> tuple[str, dict[str, float]]:
     """One runtime's column of the pre-profile, in a child process pinned to one core as the
     executors are (runtimes/affinity.py): (device class, {profile key: median ms})."""
     from app.profile import profile_op
@@ -132,7 +132,7 @@ def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str]
     runtime = get_runtime(name, "cpu", threads=threads)
     entries: dict[str, float] = {}
     for op in ops:
-        handling = handling_ms(runtime, op, repeats)
+        extra = handling_ms(runtime, op, repeats) if handling else 0.0
         for kind, precision, mode in runtime.capabilities():
             if kind != op.kind or precision not in precisions:
                 continue
@@ -142,7 +142,7 @@ def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str]
             except (VariantRefused, RuntimeError, MemoryError) as exc:
                 logger.warning("profile %s %s %s: %s", name, op.kind, variant, exc)
                 continue
-            entries[profile_key(op, variant)] = float(row["median_ms"]) + handling
+            entries[profile_key(op, variant)] = float(row["median_ms"]) + extra
     return runtime.device_class, entries
 
 
@@ -171,14 +171,16 @@ def handling_ms(runtime: Any, op: OpSpec, repeats: int) -> float:
 
 
 def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
-                 repeats: int) -> dict[str, dict[str, float]]:
+                 repeats: int, handling: bool = True) -> dict[str, dict[str, float]]:
     """An exhaustive pre-profile, one runtime at a time, each in a fresh process on one core
     with one thread (as its executor will run): the median time of every (op, variant) each
-    runtime offers at the given precisions. In this process, unpinned, JAX's fp32 ran on ~1.7
-    cores and the oracle planned with times no executor could meet."""
+    runtime offers at the given precisions, with the executor's handling of a workload
+    (``handling_ms``) unless ``handling`` is False (the execution alone: what executors report
+    as ``latency_ms`` and the cost models learn). In this process, unpinned, JAX's fp32 ran on
+    ~1.7 cores and the oracle planned with times no executor could meet."""
     table: dict[str, dict[str, float]] = {}
     request = json.dumps({"ops": [op.to_dict() for op in ops], "precisions": list(precisions),
-                          "repeats": repeats})
+                          "repeats": repeats, "handling": handling})
     for name in runtimes:
         done = subprocess.run([sys.executable, "-m", "bench.fleets", name], input=request,
                               capture_output=True, text=True, check=False)
@@ -250,4 +252,5 @@ def build_trace(mix: Sequence[tuple[float, dict[str, Any]]], count: int, rate: f
 if __name__ == "__main__":  # one runtime's pre-profile, for live_true_ms (JSON in and out)
     asked = json.loads(sys.stdin.read())
     print(json.dumps(_profile_runtime(sys.argv[1], [parse_op(o) for o in asked["ops"]],
-                                      asked["precisions"], int(asked["repeats"]))))
+                                      asked["precisions"], int(asked["repeats"]),
+                                      bool(asked.get("handling", True)))))

@@ -1,0 +1,55 @@
+"""The layer benchmark's bookkeeping (bench/layers.py): passes, the fastest option, judging."""
+
+from __future__ import annotations
+
+from bench.layers import fastest, judge, load_layers, option_key, passes, probes_sent
+from models.ops import Variant, parse_op
+
+OP = {"kind": "matmul", "m": 64, "k": 64, "n": 64, "dtype": "float32"}
+KEY = parse_op(OP).signature()
+TABLE = {"torch-cpu-x86": {f"{KEY}|fp32/eager": 1.0, f"{KEY}|bf16/eager": 0.5},
+         "jax-cpu-x86": {f"{KEY}|fp32/eager": 0.6, f"{KEY}|fp32/compiled": 0.55}}
+
+
+def test_every_pass_holds_each_layer_once_in_its_own_order() -> None:
+    layers = load_layers()
+    assert len(layers) > 40
+    trace = passes(layers, 3, seed=1)
+    assert len(trace) == 3 * len(layers) and len({w["id"] for w in trace}) == len(trace)
+    first, second = trace[:len(layers)], trace[len(layers):2 * len(layers)]
+    assert sorted(w["layer"] for w in first) == sorted(w["id"] for w in layers)
+    assert [w["layer"] for w in first] != [w["layer"] for w in second]
+
+
+def test_the_fastest_option_respects_the_accepted_precisions() -> None:
+    op = parse_op(OP)
+    assert fastest(TABLE, op, ["fp32", "bf16"]) == ("torch-cpu-x86", "bf16/eager", 0.5)
+    assert fastest(TABLE, op, ["fp32"]) == ("jax-cpu-x86", "fp32/compiled", 0.55)
+    assert option_key(op, Variant("fp32", "compiled")) == f"{KEY}|fp32/compiled"
+
+
+def test_a_choice_is_right_within_fifteen_percent_and_late_is_the_second_half() -> None:
+    workloads = [{"id": f"w{i}", "layer": "l", "op": OP, "precisions": ["fp32"]}
+                 for i in range(4)]
+    results = {"w0": {"status": "ok", "device_class": "torch-cpu-x86", "latency_ms": 2.0,
+                      "variant": {"precision": "fp32", "mode": "eager"}},
+               "w1": {"status": "ok", "device_class": "jax-cpu-x86", "latency_ms": 0.6,
+                      "variant": {"precision": "fp32", "mode": "eager"}},
+               "w2": {"status": "error", "device_class": "jax-cpu-x86",
+                      "variant": {"precision": "fp32", "mode": "eager"}},
+               "w3": {"status": "ok", "device_class": "jax-cpu-x86", "latency_ms": 0.55,
+                      "variant": {"precision": "fp32", "mode": "compiled"}}}
+    rows = {r["id"]: r for r in judge(workloads, results, TABLE)}
+    assert set(rows) == {"w0", "w1", "w3"}  # the error is not judged
+    assert not rows["w0"]["right"] and rows["w0"]["regret"] == 1.0 / 0.55
+    assert rows["w1"]["right"]  # 0.6 <= 1.15 x 0.55
+    assert rows["w3"]["right"] and rows["w3"]["late"] and not rows["w1"]["late"]
+    assert rows["w0"]["measured_ms"] == 2.0
+
+
+def test_probes_are_counted_from_the_worker_metrics() -> None:
+    text = ("# HELP switchyard_probes_total probes\n"
+            'switchyard_probes_total{device_class="a"} 3.0\n'
+            'switchyard_probes_total{device_class="b"} 2.0\n'
+            'switchyard_decisions_total{device_class="a"} 9.0\n')
+    assert probes_sent(text) == 5

@@ -65,8 +65,10 @@ last_routed: dict[str, float] = {}  # device class -> time.monotonic() of its la
 
 
 def note_route(workload: Workload, device_class: str) -> None:
-    """Remember a routed workload's shape and when its class was last given work."""
-    shapes.add(workload)
+    """Remember when a class was last given work and, where idle probes are on, the routed
+    workload's shape."""
+    if settings.idle_probing:
+        shapes.add(workload)
     last_routed[device_class] = time.monotonic()
 
 

@@ -20,7 +20,6 @@ ready for real work.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -108,11 +107,11 @@ class RecentShapes:
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = int(capacity)
-        self._shapes: OrderedDict[str, Workload] = OrderedDict()
+        self._shapes: OrderedDict[tuple[str, tuple[str, ...]], Workload] = OrderedDict()
 
     @staticmethod
-    def key(workload: Workload) -> str:
-        return json.dumps([workload.op.signature(), list(workload.precisions)])
+    def key(workload: Workload) -> tuple[str, tuple[str, ...]]:
+        return (workload.op.signature(), tuple(workload.precisions))
 
     def add(self, workload: Workload) -> None:
         key = self.key(workload)

@@ -331,8 +331,9 @@ def floor_sentence(decide: dict[str, Any]) -> str:
             f"`bench/kafka_floor.py`), {floor['received']}/{floor['sent']} records at "
             f"{floor['rate_per_s']:g}/s: p50 {fmt(trip['p50'])} ms, p99 {fmt(trip['p99'])} ms"
             f"{ratio}."
-            + (" Issue 12's round-trip goal (p50 ≤ 5 ms) is below this floor on this machine."
-               if trip["p50"] and trip["p50"] > 5.0 else ""))
+            + (" Issue 12's round-trip goal (p50 ≤ 5 ms) is at or below this floor on this "
+               "machine: it would leave Switchyard's own work no time at all."
+               if trip["p50"] and trip["p50"] >= 5.0 else ""))
 
 
 def plot(results: dict[str, Any], out_dir: Path) -> Path:

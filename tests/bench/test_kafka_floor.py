@@ -26,7 +26,7 @@ def test_the_report_states_the_round_trip_over_its_floor() -> None:
     text = floor_sentence(decide)
     assert "p50 8.0 ms, p99 20.0 ms" in text
     assert "2.00× that at p50 and 2.50× at p99" in text
-    assert "below this floor" in text
+    assert "at or below this floor" in text
     decide["floor"]["round_trip_ms"] = {"p50": 4.0, "p99": 9.0}
-    assert "below this floor" not in floor_sentence(decide)
+    assert "this floor" not in floor_sentence(decide)
     assert floor_sentence({"loads": {}}) == ""

@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from models.local_residuals import LocalResiduals, local_key
 from models.ops import OpSpec, Variant
 from models.priors import PriorDevice, prior_for_class
 from models.regression import BayesLinReg, ErrorTracker
@@ -227,6 +228,8 @@ class CostModel:
             huber_k_slow=HUBER_K_SLOW,
         )
         self.energy: BayesLinReg | None = None
+        # What the regression misses on the exact shapes it has measured (models/local_residuals.py).
+        self.local = LocalResiduals()
         self.errors = ErrorTracker()
         self.energy_errors = ErrorTracker()
         self._version = 0
@@ -305,6 +308,8 @@ class CostModel:
     def _predict_one(self, op: OpSpec, variant: Variant) -> Prediction:
         x = self.features(op, variant)
         mu, param_var, noise = self.time.moments(x)
+        if len(self.local):
+            mu, param_var = self.local.correct(local_key(op, variant), mu, param_var, noise)
         var = param_var + noise
         energy_j = energy_std_j = None
         if self.energy is not None and self.energy.rows:
@@ -325,8 +330,8 @@ class CostModel:
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
         """A Thompson sample of the expected time: the mean log time drawn from the posterior
         (weight uncertainty only, not the run-to-run noise)."""
-        mu, param_var, _ = self.time.moments(self.features(op, variant))
-        return math.exp(mu + math.sqrt(param_var) * float(rng.standard_normal()))
+        pred = self.predict_one(op, variant)
+        return math.exp(pred.log_mean + math.sqrt(pred.param_var) * float(rng.standard_normal()))
 
     def predict_sample(
         self, op: OpSpec, variant: Variant, rng: np.random.Generator
@@ -384,6 +389,14 @@ class CostModel:
         y = np.log(np.maximum(times, MIN_EXEC_MS))
         mu, _ = self.time.update(X, y, index=index)
         self.errors.add_many(np.exp(mu), np.exp(y))
+        # Each pair's mean residual against the regression as it now stands.
+        counts = np.bincount(index, minlength=len(pairs))
+        sums = np.bincount(index, weights=y, minlength=len(pairs))
+        after, _, _ = self.time.moments_many(X)
+        for pair in np.flatnonzero(counts).tolist():
+            op, variant = pairs[pair]
+            self.local.add(local_key(op, variant), int(counts[pair]),
+                           float(sums[pair] / counts[pair] - after[pair]))
         if energy_j is not None:
             energy = np.asarray(energy_j, dtype=np.float64)
             with np.errstate(invalid="ignore"):
@@ -416,6 +429,7 @@ class CostModel:
             "energy": None if self.energy is None else self.energy.to_dict(),
             "errors": self.errors.to_dict(),
             "energy_errors": self.energy_errors.to_dict(),
+            "local": self.local.to_dict(),
         }
 
     @classmethod
@@ -441,6 +455,7 @@ class CostModel:
         model.energy = None if data["energy"] is None else BayesLinReg.from_dict(data["energy"])
         model.errors = ErrorTracker.from_dict(data["errors"])
         model.energy_errors = ErrorTracker.from_dict(data["energy_errors"])
+        model.local = LocalResiduals.from_dict(data.get("local"))
         model._version = int(data["version"])
         return model
 

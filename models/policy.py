@@ -76,6 +76,12 @@ IDLE_WAIT_MS = 1.0
 COMPARED_OTHERS = 3
 
 
+# Two candidates whose expected completions differ by less than this share are a tie: the draw
+# picking either is not an exploration (the exact-shape corrections of models/local_residuals.py
+# make a measured variant and an unmeasured one tie to a few parts in 10^5).
+TIE = 0.01
+
+
 class SwitchyardPolicy:
     """Thompson sampling over cost-model posteriors, under deadline and objective."""
 
@@ -175,16 +181,20 @@ class SwitchyardPolicy:
         greedy = int(idx[greedy_at])
         pick_at = best_index(draw_scores, draw_completion[idx])
         chosen = int(idx[pick_at])
+        held_back = False  # an exploration held back for the best known, ready candidate
         if self.explore_when_idle:
+            drawn = chosen
             chosen = self._explore_only_when_idle(
                 chosen, greedy, idx, greedy_scores, wait, setup, [c.cold for c in usable],
                 mean_ms, learned, samples)
+            held_back = chosen != drawn
             pick_at = int(np.flatnonzero(idx == chosen)[0])
 
         reason: Reason
         if not any(learned):
             reason = "fallback"
-        elif chosen != greedy or samples[chosen] < self.cold_samples:
+        elif not held_back and (samples[chosen] < self.cold_samples or (
+                chosen != greedy and completion[chosen] > completion[greedy] * (1.0 + TIE))):
             reason = "explore"
         else:
             reason = "exploit"

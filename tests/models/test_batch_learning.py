@@ -119,10 +119,15 @@ def test_learn_indexed_equals_learn_many_and_stays_close_to_sequential() -> None
     _assert_same_regression(indexed.energy, many.energy)
     assert indexed.error_summary() == pytest.approx(many.error_summary())
     assert indexed.samples == sequential.samples == 900
-    # Batch against one row at a time: equal but for the Huber weights of outlying rows.
+    # Batch against one row at a time: the regressions equal but for the Huber weights of
+    # outlying rows. The exact-shape corrections (models/local_residuals.py) are residuals
+    # against the regression after each learn call, so they depend on the batching a little.
     for op, v in pairs:
+        x = indexed.features(op, v)
+        assert indexed.time.moments(x)[0] == pytest.approx(sequential.time.moments(x)[0],
+                                                           abs=0.03)
         a, b = indexed.predict_one(op, v), sequential.predict_one(op, v)
-        assert a.mean_ms == pytest.approx(b.mean_ms, rel=0.03)
+        assert a.mean_ms == pytest.approx(b.mean_ms, rel=0.06)
         assert a.energy_j == pytest.approx(b.energy_j, rel=0.03)
 
 

@@ -42,6 +42,7 @@ from bench.costmodel_scoring import (
     MODEL_NAMES,
     outcomes,
     pool_outcomes,
+    seen_truth,
     split_measurements,
     train,
 )
@@ -176,6 +177,9 @@ def evaluate(measured: list[dict[str, Any]], shapes: list[OpSpec], held_out: set
     rng = np.random.default_rng(seed)
     sets = {"held_out": held_out, **(unseen or {})}
     options, truth = split_measurements(measured, shapes, sets)
+    # The training shapes themselves, scored too: a model on shapes it has measured.
+    truth = {**truth, "seen": seen_truth(options, shapes)}
+    sets = {**sets, "seen": set()}
     # As an online system sees them: any of a (shape, variant)'s timed runs, with repeats.
     pool: dict[str, list[Row]] = {
         c: [(op, variant, float(t), None) for op, variant, times in rows for t in times]
@@ -308,6 +312,13 @@ def report(results: dict[str, Any], quick: bool) -> str:
                + f" Of the {ours['misses']} held-out top-1 misses, "
                f"{ours['misses_within_5pct']} picked a (class, variant) within 5 % of the "
                "fastest."))
+    seen = results.get("seen")
+    if seen:
+        parts.append(
+            "**Shapes already measured** (the training shapes, each scored against its own "
+            "median: traffic repeats its shapes, and the StarPU history is a mean per shape; "
+            "switchyard corrects its regression with each measured shape's own residuals, "
+            "models/local_residuals.py)\n\n" + _score_table(seen))
     if results.get("sampling"):
         parts.append(sampling_table(results["sampling"], BREAKDOWN_SIZE,
                                     results["sampling_draws"]))
@@ -344,6 +355,7 @@ def run(quick: bool, out_dir: Path) -> int:
                "classes": sorted({r["class"] for r in measured}),
                "floor": measurement_floor(measured),
                "models": scores["held_out"], "layers": scores["layers"],
+               "seen": scores["seen"],
                "sampling": sampling, "sampling_draws": SAMPLING_DRAWS,
                "measurements": [{**r, "op": all_shapes[r["shape"]].to_dict()}
                                 for r in measured]}

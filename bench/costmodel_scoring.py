@@ -125,3 +125,16 @@ def pool_outcomes(draws: list[dict[str, Any]]) -> dict[str, Any]:
             "within_1sd": float(np.mean(within1)) if within1 else None,
             "within_2sd": float(np.mean(within2)) if within2 else None,
             "per_class": {k: float(np.median(v)) for k, v in sorted(per_class.items())}}
+
+
+def seen_truth(options: Options, shapes: list[OpSpec]) -> dict[int, dict[tuple[str, str, str], float]]:
+    """The median measured time of every option of the training shapes themselves: what a
+    model is scored on for shapes it has measured (traffic repeats its shapes)."""
+    index = {id(op): i for i, op in enumerate(shapes)}
+    truth: dict[int, dict[tuple[str, str, str], float]] = defaultdict(dict)
+    for device_class, rows in options.items():
+        for op, variant, times in rows:
+            truth[index[id(op)]][(device_class, variant.precision, variant.mode)] = float(
+                np.median(times))
+    return truth
+

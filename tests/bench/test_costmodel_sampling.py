@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.costmodel_sampling import compare_sampling, informative_model, sampling_table
-from bench.costmodel_scoring import split_measurements
+from bench.costmodel_scoring import seen_truth, split_measurements
 from models.ops import Variant, parse_op
 
 CLASS = "numpy-cpu-x86"
@@ -50,3 +50,12 @@ def test_both_arms_are_scored_on_every_unseen_set() -> None:
         assert all(s["draws"] == 2 and s["median_ape"] >= 0.0 for s in arms.values())
     assert scores["held_out"]["random"]["shapes"] == 2 * 10  # 10 held-out shapes per draw
     assert "| real model layers | informative |" in sampling_table(scores, 60, 2)
+
+
+def test_seen_shapes_are_scored_on_their_own_medians() -> None:
+    ops, measured = synthetic()
+    held = set(range(0, 40, 4))
+    options, _ = split_measurements(measured, ops, {"held_out": held})
+    truth = seen_truth(options, ops)
+    assert set(truth) == set(range(40)) - held
+    assert truth[1][(CLASS, "fp32", "eager")] == float(np.median(measured[1]["times_ms"]))

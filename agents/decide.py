@@ -176,6 +176,15 @@ def refresh_views(force: bool = False) -> dict[str, Any]:
     return _views["classes"]
 
 
+async def route_topic(device_class: str) -> Any:
+    """The class's route topic, created when the class first appears."""
+    topic = topics.route(device_class)
+    if device_class not in _declared_classes:
+        await topic.maybe_declare()
+        _declared_classes.add(device_class)
+    return topic
+
+
 async def send_route(workload: Workload, partition: int, offset: int | None, attempt: int,
                      snapshot: Snapshot) -> Routed | None:
     """Decide where ``workload`` runs and hand its route to the producer (without waiting for
@@ -195,10 +204,7 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     decision = choose(policy, workload, candidates, snapshot.learned, history_view, rng)
     fields = route_fields(workload, decision, policy.name, attempt, now_ms())
     record = RouteRecord(**fields)
-    topic = topics.route(decision.device_class)
-    if decision.device_class not in _declared_classes:
-        await topic.maybe_declare()  # a class's route topic is created when it first appears
-        _declared_classes.add(decision.device_class)
+    topic = await route_topic(decision.device_class)
     charge(snapshot, warm_routes, workload, decision, settings.dispatch_overhead_ms)
     # The class's least-loaded device takes it (models/dispatch.py); by key where unknown.
     lane = route_partition(state.backlog, snapshot.classes[decision.device_class],

@@ -23,7 +23,7 @@ import uuid
 
 from agents import decide, state
 from app import observability
-from app.main import app, settings, topics
+from app.main import app, settings
 from app.records import RouteRecord
 from app.streaming import now_ms
 from models.decision import PriorModels
@@ -77,10 +77,7 @@ async def send_probe(probe: Probe, view: ClassView) -> None:
         predicted_ms=probe.predicted_ms, predicted_std_ms=probe.predicted_std_ms,
         reason=PROBE_REASON, model_version=probe.model_version, decided_at_ms=now_ms(),
         policy=decide.policy.name, probe=True)
-    topic = topics.route(option.device_class)
-    if option.device_class not in decide._declared_classes:
-        await topic.maybe_declare()
-        decide._declared_classes.add(option.device_class)
+    topic = await decide.route_topic(option.device_class)
     lane = route_partition(state.backlog, view, settings.dispatch_overhead_ms)
     await topic.send(key=probe_id, value=record.dumps(), partition=lane)
     decide.warm_routes.mark(option.device_class, warm_key(option.workload, option))

@@ -65,11 +65,11 @@ last_routed: dict[str, float] = {}  # device class -> time.monotonic() of its la
 
 
 def note_route(workload: Workload, device_class: str) -> None:
-    """Remember when a class was last given work and, where idle probes are on, the routed
-    workload's shape."""
+    """Where idle probes are on, remember the routed workload's shape and when its class was
+    last given work (nothing else reads either)."""
     if settings.idle_probing:
         shapes.add(workload)
-    last_routed[device_class] = time.monotonic()
+        last_routed[device_class] = time.monotonic()
 
 
 def record_decision(partition: int, entry: dict[str, Any]) -> None:

@@ -18,8 +18,9 @@ from models.priors import prior_for_class
 MODEL_NAMES = ("switchyard", "sgd", "starpu-history", "starpu-powerlaw", "sklearn-gbr")
 # Per class, the measured (shape, variant)s a model may learn from: (op, variant, timed runs).
 Options = dict[str, list[tuple[OpSpec, Variant, list[float]]]]
-# Per named set of unseen shapes: shape index -> (class, precision, mode) -> median ms.
-Truth = dict[str, dict[int, dict[tuple[str, str, str], float]]]
+# Shape index -> (class, precision, mode) -> median ms; and that per named set of shapes.
+ShapeTruth = dict[int, dict[tuple[str, str, str], float]]
+Truth = dict[str, ShapeTruth]
 
 
 def split_measurements(measured: list[dict[str, Any]], shapes: list[OpSpec],
@@ -127,11 +128,11 @@ def pool_outcomes(draws: list[dict[str, Any]]) -> dict[str, Any]:
             "per_class": {k: float(np.median(v)) for k, v in sorted(per_class.items())}}
 
 
-def seen_truth(options: Options, shapes: list[OpSpec]) -> dict[int, dict[tuple[str, str, str], float]]:
+def seen_truth(options: Options, shapes: list[OpSpec]) -> ShapeTruth:
     """The median measured time of every option of the training shapes themselves: what a
     model is scored on for shapes it has measured (traffic repeats its shapes)."""
     index = {id(op): i for i, op in enumerate(shapes)}
-    truth: dict[int, dict[tuple[str, str, str], float]] = defaultdict(dict)
+    truth: ShapeTruth = defaultdict(dict)
     for device_class, rows in options.items():
         for op, variant, times in rows:
             truth[index[id(op)]][(device_class, variant.precision, variant.mode)] = float(

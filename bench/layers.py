@@ -3,8 +3,8 @@
 The layers of ``traces/model-layers.jsonl`` (BERT, GPT-2, a quarter-width Llama-7B block,
 ResNet-50/20 and published MLPs; shapes no benchmark trains on) are profiled first on each CPU
 runtime — torch, JAX and NumPy, one thread on one core in a fresh process each, every
-fp32/bf16 variant (``fleets.live_true_ms``, the execution alone, as executors report it) — and then
-played through a worker and the three executors (one core each): the layers in a new random
+fp32/bf16 variant (``fleets.live_true_ms``, the execution alone, as executors report it) —
+and then played through a worker and the three executors (one core each): the layers in a new random
 order in every pass, Poisson arrivals at a rate low enough that queues stay short, so the
 fastest option is also the right one. Once with idle probes off and once on
 (``SWITCHYARD_IDLE_PROBING``, agents/probe.py; its defaults otherwise).

@@ -228,7 +228,7 @@ class CostModel:
             huber_k_slow=HUBER_K_SLOW,
         )
         self.energy: BayesLinReg | None = None
-        # What the regression misses on the exact shapes it has measured (models/local_residuals.py).
+        # What the regression misses on the exact shapes it measured (models/local_residuals.py).
         self.local = LocalResiduals()
         self.errors = ErrorTracker()
         self.energy_errors = ErrorTracker()

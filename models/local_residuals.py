@@ -13,8 +13,8 @@ w / (w + ``SHRINK_ROWS``) with w the (decayed) rows behind it; an unseen shape g
 regression alone. Being relative to the regression, a correction stays right when the whole
 class slows down and the regression follows (its drift detector). The mean forgets at ``DECAY``
 a row (about ten rows of memory); the ``MAX_KEYS`` most recently measured keys are kept (the
-stored model grows by ~31 bytes a key: 4 KB at 128 keys, on ~21 KB). Replayed on the same timings, the training shapes'
-median error went 13.9 → 7.6 % and top-1 82 → 89 % at 1,000 rows (17.1 → 13.0 %, 75 → 79 %
+stored model grows by ~31 bytes a key: 4 KB at 128 keys, on ~21 KB). Replayed on the same
+timings, the training shapes' median error went 13.9 → 7.6 % and top-1 82 → 89 % at 1,000 rows (17.1 → 13.0 %, 75 → 79 %
 at 200); unseen shapes are predicted exactly as before.
 """
 

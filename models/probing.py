@@ -75,22 +75,19 @@ def pick_probe(options: Iterable[ProbeOption], models: Mapping[str, CostModelLik
     """The most informative option (``informative_order``) whose predicted time plus setup is
     within ``max_ms`` and whose weight std is at least ``min_weight_std``; None when no option
     qualifies (the model is sure enough everywhere, or everything unsure is too long)."""
-    best: Probe | None = None
-    best_key: tuple[bool, float] | None = None
+    qualified: list[Probe] = []
     for option in options:
         model, learned = priors.get(models, option.device_class)
         prediction = model.predict_one(option.workload.op, option.variant)
-        if prediction.mean_ms + option.setup_ms > max_ms:
-            continue
         std = weight_std(prediction.param_var)
-        if std < min_weight_std:
-            continue
-        key = (not option.seen, std)
-        if best_key is None or key > best_key:
-            best_key = key
-            best = Probe(option, float(prediction.mean_ms), float(prediction.std_ms), std,
-                         int(model.version) if learned else 0)
-    return best
+        if prediction.mean_ms + option.setup_ms <= max_ms and std >= min_weight_std:
+            qualified.append(Probe(option, float(prediction.mean_ms), float(prediction.std_ms),
+                                   std, int(model.version) if learned else 0))
+    if not qualified:
+        return None
+    order = informative_order([p.weight_std for p in qualified],
+                              [p.option.seen for p in qualified])
+    return qualified[order[0]]
 
 
 def probe_request(template: Workload, probe_id: str) -> dict[str, Any]:

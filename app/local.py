@@ -76,14 +76,19 @@ class LocalCluster:
         env.update(self.env)
         return env
 
-    def _spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> Proc:
+    def _spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None,
+               cpus: tuple[int, ...] | None = None) -> Proc:
+        """Start ``argv`` as ``name``, logging to ``<workdir>/<name>.log`` (on ``cpus`` only,
+        set before it runs, so every thread it starts inherits them)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = self.workdir / f"{name}.log"
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
         with open(log, "ab") as out:
             popen = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**self.base_env(), **(extra_env or {})},
                 start_new_session=True,  # Ctrl-C in a terminal reaches us, not them
+                preexec_fn=pin,
             )
         proc = Proc(name, popen, log)
         self.procs.append(proc)
@@ -91,8 +96,10 @@ class LocalCluster:
 
     # --- the worker ------------------------------------------------------------------------
     def start_worker(self, name: str = "worker", data_dir: Path | None = None,
-                     web_port: int | None = None, **env: str) -> Proc:
-        """Start a Faust worker process (it becomes ready later: see ``wait_ready``)."""
+                     web_port: int | None = None, cpus: tuple[int, ...] | None = None,
+                     **env: str) -> Proc:
+        """Start a Faust worker process (it becomes ready later: see ``wait_ready``), on
+        ``cpus`` only if given."""
         port = web_port or self.web_port
         # Faust keeps tables under <data dir>/v1/tables whatever the app id: a data dir per
         # app id keeps a reused workdir from mixing two clusters' stores.
@@ -100,7 +107,7 @@ class LocalCluster:
         extra = {"SWITCHYARD_DATA_DIR": str(data_dir or default_dir),
                  "SWITCHYARD_WEB_PORT": str(port), **env}
         return self._spawn(name, [sys.executable, "-m", "app", "worker", "-l", "info",
-                                  "--web-port", str(port)], extra)
+                                  "--web-port", str(port)], extra, cpus)
 
     def health(self, web_port: int | None = None) -> dict[str, Any] | None:
         """The worker's /api/health answer, or None when it does not answer."""

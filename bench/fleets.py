@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -77,11 +78,25 @@ SIM_FLEET: tuple[ExecutorSpec, ...] = (
     ExecutorSpec("sim", "tpu-v5e", 2, threads=None),
     ExecutorSpec("sim", "cpu-core", 2, threads=None),
 )
-LIVE_FLEET: tuple[ExecutorSpec, ...] = (
-    ExecutorSpec("torch", "cpu", 1, threads=1),
-    ExecutorSpec("jax", "cpu", 1, threads=1),
-    ExecutorSpec("numpy", "cpu", 1, threads=1),
-)
+
+
+def live_cores() -> tuple[tuple[int, ...], str]:
+    """Where a live set runs: (the worker's cores, the executors' core).
+
+    The same for every policy of a run, so each policy meets the same contention: the three
+    live executors share the last core this process may use (the capacity the scheduling
+    benchmark offers a share of assumes one core for them, the rest for the worker and the
+    broker), and the worker gets the others. Left to the least busy core at start, which two
+    executors shared changed from one cluster to the next, and so did every policy's fleet.
+    On a single core, everything shares it.
+    """
+    allowed = tuple(sorted(os.sched_getaffinity(0)))
+    return (allowed[:-1] or allowed), str(allowed[-1])
+
+
+LIVE_FLEET: tuple[ExecutorSpec, ...] = tuple(
+    ExecutorSpec(runtime, "cpu", 1, threads=1, cpus=live_cores()[1])
+    for runtime in ("torch", "jax", "numpy"))
 # End-to-end allowance for the Kafka hops (produce → decide → execute → result) on this
 # machine, added to each workload's deadline: about the pipeline's p95 at moderate load.
 DEADLINE_FLOOR_MS = 500.0

@@ -42,6 +42,8 @@ class ExecutorSpec:
     slowdown_file: Path | None = None
     # More executor options (a link, a price, a power model: app/cli.py).
     args: tuple[str, ...] = ()
+    # The cores its processes are pinned to (``--cpus``; None: the least busy, one per thread).
+    cpus: str | None = None
 
     def label(self) -> str:
         return f"{self.count}x {self.runtime}:{self.device}"
@@ -79,11 +81,12 @@ class Cluster:
 
 
 def start_cluster(workdir: Path, fleet: Sequence[ExecutorSpec], env: dict[str, str],
-                  timeout_s: float = 240.0) -> Cluster:
-    """Start a worker and the fleet in a fresh namespace; return once every device is live."""
+                  timeout_s: float = 240.0, worker_cpus: tuple[int, ...] | None = None) -> Cluster:
+    """Start a worker (on ``worker_cpus`` only, if given) and the fleet in a fresh namespace;
+    return once every device is live."""
     started = time.monotonic()
     local = LocalCluster.isolated(workdir / uuid.uuid4().hex[:8], broker=BROKER, **env)
-    worker = local.start_worker()
+    worker = local.start_worker(cpus=worker_cpus)
     ids = []
     try:
         for spec in fleet:
@@ -91,7 +94,8 @@ def start_cluster(workdir: Path, fleet: Sequence[ExecutorSpec], env: dict[str, s
                 proc = local.start_executor(
                     spec.runtime, spec.device, threads=spec.threads,
                     device_id=f"{spec.runtime}-{spec.device.replace(':', '')}-{i}",
-                    slowdown_file=spec.slowdown_file, drift=spec.drift, extra_args=spec.args)
+                    slowdown_file=spec.slowdown_file, drift=spec.drift,
+                    extra_args=spec.args + (("--cpus", spec.cpus) if spec.cpus else ()))
                 ids.append(proc.name)
         local.wait_ready(worker, timeout_s)
         local.wait_devices(ids, timeout_s)

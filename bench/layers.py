@@ -4,7 +4,8 @@ The layers of ``traces/model-layers.jsonl`` (BERT, GPT-2, a quarter-width Llama-
 ResNet-50/20 and published MLPs; shapes no benchmark trains on) are profiled first on each CPU
 runtime — torch, JAX and NumPy, one thread on one core in a fresh process each, every
 fp32/bf16 variant (``fleets.live_true_ms``, the execution alone, as executors report it) —
-and then played through a worker and the three executors (one core each): the layers in a new random
+and then played through a worker and the three executors (the executors on one core, the
+worker on the others: ``fleets.live_cores``): the layers in a new random
 order in every pass, Poisson arrivals at a rate low enough that queues stay short, so the
 fastest option is also the right one. Once with idle probes off and once on
 (``SWITCHYARD_IDLE_PROBING``, agents/probe.py; its defaults otherwise).
@@ -152,7 +153,8 @@ def run_arm(name: str, env: dict[str, str], workloads: list[dict[str, Any]],
     tag = name.replace(" ", "-")
     mine = [{k: v for k, v in w.items() if k != "layer"} | {"id": f"{tag}-{w['id']}"}
             for w in workloads]
-    cluster = start_cluster(WORKDIR / tag, fleets.LIVE_FLEET, {"SWITCHYARD_SEED": "11", **env})
+    cluster = start_cluster(WORKDIR / tag, fleets.LIVE_FLEET, {"SWITCHYARD_SEED": "11", **env},
+                            worker_cpus=fleets.live_cores()[0])
     try:
         run = run_trace(cluster.namespace, mine, arrivals, 60.0)
         try:
@@ -202,8 +204,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
         f"{results['layers']} layers of `traces/model-layers.jsonl` (precisions as the trace "
         f"gives them: fp32 and bf16), {results['passes']} passes in a new random order each, "
         f"{results['workloads']} workloads at {fmt(results['rate_per_s'], '.0f')}/s (Poisson), "
-        "through one worker and one executor per runtime (torch, JAX, NumPy; one thread on one "
-        "core each). The profile: each runtime in a fresh process on one core, "
+        "through one worker and one executor per runtime (torch, JAX, NumPy; one thread each, "
+        "the three pinned to one core and the worker to the others). The profile: each runtime in a fresh process on one core, "
         f"{results['repeats']} timed executions of every (layer, variant) after a warm-up "
         f"({fmt(results['profile_s'], '.0f')} s). *Right*: the chosen (class, variant)'s "
         f"profiled time within {fmt(100 * (WITHIN - 1), '.0f')} % of the fastest option the "

@@ -168,7 +168,9 @@ def run_policy(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
            "SWITCHYARD_STATIC_CLASS": prepared["static_class"],
            "SWITCHYARD_ORACLE_PROFILE": str(prepared["profile"].resolve())}
     workloads = [{**w, "id": f"{policy}-{w['id']}"} for w in prepared["workloads"]]
-    cluster = start_cluster(WORKDIR / device_set.name / policy, prepared["fleet"], env)
+    worker_cpus = fleets.live_cores()[0] if device_set.kind == "live" else None
+    cluster = start_cluster(WORKDIR / device_set.name / policy, prepared["fleet"], env,
+                            worker_cpus=worker_cpus)
     try:
         run = run_trace(cluster.namespace, workloads, prepared["arrivals"], drain_s,
                         watch_routes=True)
@@ -295,8 +297,11 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "type over classes, true costs). A live set's true costs are a pre-profile of each "
         "runtime in a process of its own pinned to one core with one thread, as its executor "
         "runs: the execution plus what the executor spends around it (inputs made from the "
-        "seed, the output's checksum). The live oracle plans with that profile, not with the "
-        "times the executors then see side by side on two shared cores: where another policy "
+        "seed, the output's checksum). In a live set the three executors share one core (the "
+        "last), the worker has the others, the same for every policy (the broker and the "
+        "client are not pinned); the capacity assumes that one core for the executors. The "
+        "live oracle plans with that profile, not with the "
+        "times the executors then see side by side on a shared core: where another policy "
         "beats it, the profile was off, and a ratio to the oracle is a ratio to its plan. "
         "Placement ms is the mean wait at the device plus the execution there (what the "
         "policy decides); control ms is the mean of the rest of the completion (the decision "

@@ -159,6 +159,7 @@ PRIOR_STD: dict[str, dict[str, float]] = {
         "work@variant@kind": 0.01,
         "spill": 0.005,
         "aligned": 0.05,
+        "calls": 0.05,
     },
     "live": {
         "bias": 1.0,
@@ -174,6 +175,7 @@ PRIOR_STD: dict[str, dict[str, float]] = {
         "work@variant@kind": 0.2,
         "spill": 0.04,
         "aligned": 0.1,
+        "calls": 0.3,
     },
 }
 # Huber threshold (predictive stds) for a time *above* the prediction. Interference on a
@@ -212,7 +214,7 @@ class CostModel:
     ) -> None:
         """A cold model at the roofline prior of ``prior`` (default: `prior_for_class`).
 
-        ``forgetting`` 0.998 keeps ~500 rows of memory: enough for the 73 weights on a mixed
+        ``forgetting`` 0.998 keeps ~500 rows of memory: enough for the 76 weights on a mixed
         stream, while abrupt shifts are caught by the regression's drift detector.
         """
         self.device_class = device_class

@@ -201,7 +201,7 @@ def test_state_is_small_and_round_trips_through_json() -> None:
     model = CostModel.for_class("sim-l4")
     model.learn_many(noisy_rows(random_mixed_ops(rng, 200), CPU_WORLD, rng, energy_w=50.0))
     text = json.dumps(model.to_dict())
-    # 73 features (format 2): the precision matrix's upper triangle is most of it, ~22 KB
+    # 76 features (format 3): the precision matrix's upper triangle is most of it, ~22 KB
     # per regression (time, energy); format 1's 29 features took under 16 KB in all. Plus the
     # exact-shape corrections of the last 128 shapes measured (~31 bytes each).
     assert len(model.local) == 128

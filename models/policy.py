@@ -13,7 +13,8 @@ being best, and as the posterior firms up the draws agree with the means and the
 exploits. Exploration pays for itself: an exploratory pick (one only the draw prefers, a
 class still cold on its prior, a shape its class would first have to set up) is taken when
 its class is idle — less queued than one execution of the greedy pick, and at least
-``IDLE_WAIT_MS`` — and otherwise the best known, ready candidate by the means is routed: an
+``IDLE_WAIT_MS`` — and otherwise the best known, ready candidate by the means is routed (at
+a cold start, nothing known yet, the best candidate by the means): an
 unknown (say compiled, cold) variant is tried while its class has nothing better to do, never
 behind a long queue that its compilation would stall.
 """
@@ -279,7 +280,11 @@ class SwitchyardPolicy:
             return chosen
         ready = [j for j, i in enumerate(idx) if known[int(i)]]
         if not ready:
-            return chosen  # nothing is known yet: the draw decides (cold start)
+            # Nothing is known yet (cold start): the best by the means, whose waits count the
+            # work already routed, rather than the draw's pick behind a queue (the draws of
+            # wide priors sent the first workloads of a live set anywhere, each new option a
+            # warm-up on a busy core: seconds of queue, issue 13).
+            return greedy
         return int(idx[ready[int(np.argmin(greedy_scores[ready]))]])
 
     def to_dict(self) -> dict[str, Any]:

@@ -443,15 +443,26 @@ def test_switchyard_explores_an_unknown_variant_only_while_its_class_is_idle() -
     assert sum(d.variant == compiled for d in unguarded) >= 20
 
 
-def test_switchyard_still_explores_when_nothing_is_known() -> None:
-    """Cold start under load: no candidate is known and ready, so the draw decides."""
+def test_switchyard_at_a_cold_start_routes_by_the_means_behind_a_queue() -> None:
+    """Cold start under load: nothing is known and ready and no class is idle, so the best by
+    the means is routed rather than the draw's pick (the draws of wide priors sent the first
+    workloads of the live bf16 set anywhere, each new option a warm-up on a busy core). A
+    class with nothing queued is still tried: exploration goes on where it costs no wait."""
     models: dict = {}
     policy = make_policy("switchyard")
-    offered = [Candidate("sim-h100", FP32, 1, 50.0, cold=True),
-               Candidate("sim-a100", FP32, 1, 50.0, cold=True)]
-    chosen = {policy.decide(workload(), offered, models, None, rng(seed)).device_class
+    busy = [Candidate("sim-h100", FP32, 1, 50.0, cold=True),
+            Candidate("sim-a100", FP32, 1, 50.0, cold=True)]
+    decisions = [policy.decide(workload(), busy, models, None, rng(seed)) for seed in range(50)]
+    assert {d.device_class for d in decisions} == {"sim-h100"}  # the faster by its prior
+    one_idle = [Candidate("sim-h100", FP32, 1, 50.0, cold=True),
+                Candidate("sim-a100", FP32, 1, 0.0, cold=True)]
+    chosen = {policy.decide(workload(), one_idle, models, None, rng(seed)).device_class
               for seed in range(50)}
-    assert chosen == {"sim-h100", "sim-a100"}
+    assert "sim-a100" in chosen
+    # Without the rule, the draw decides behind the queue as well.
+    unguarded = make_policy("switchyard", explore_when_idle=False)
+    assert {unguarded.decide(workload(), busy, models, None, rng(seed)).device_class
+            for seed in range(50)} == {"sim-h100", "sim-a100"}
 
 
 def test_switchyard_lifts_a_cold_class_prior_by_the_learned_classes_slowdown() -> None:

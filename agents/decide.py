@@ -32,7 +32,7 @@ from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, history, input_offsets, models
 from models.backlog import InflightEntry
 from models.costmodel import CostModel
-from models.dispatch import device_wait_ms, route_partition
+from models.dispatch import colocated_waits, device_wait_ms, route_partition
 from models.history import HistoryModel
 from models.inflight import batch_key, reroute_key
 from models.ops import SpecError
@@ -193,9 +193,12 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     # The wait at each class's least-loaded device, from the backlog as charged so far (each
     # route of this batch included): where the route would go (models/dispatch.py).
     now = now_ms()
-    snapshot.device_wait_ms = {c: device_wait_ms(state.backlog, view,
-                                                 settings.dispatch_overhead_ms, now)
-                               for c, view in snapshot.classes.items()}
+    # Classes pinned to shared cores wait for each other's work too.
+    snapshot.device_wait_ms = colocated_waits(
+        snapshot.classes,
+        {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms, now)
+         for c, view in snapshot.classes.items()},
+        snapshot.backlog_ms)
     candidates = offers(workload, snapshot, warm_routes)
     if not candidates:
         return None

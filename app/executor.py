@@ -73,12 +73,15 @@ ENVELOPE_BYTES = 64 * 1024
 COMMIT_EVERY_S = 1.0
 # A metric batch stays well under the broker's default record size limit (1 MB).
 METRIC_BATCH_MAX_BYTES = 512 * 1024
+# Heartbeats name the host: with the pinned cores, it tells the router which executors share
+# a core (models/dispatch.py::colocated_waits).
+HOST = socket.gethostname()[:255]
 
 
 def default_device_id(runtime: Runtime) -> str:
     """``host-runtime-device-pid``, topic-key safe."""
     device = runtime.device.replace(":", "")
-    return f"{socket.gethostname()}-{runtime.name}-{device}-{os.getpid()}"
+    return f"{HOST}-{runtime.name}-{device}-{os.getpid()}"
 
 
 class Executor:
@@ -443,6 +446,7 @@ class Executor:
             power_w=(self.nvml.power_w() if self.nvml else self.power.power_w()),
             threads=self.threads,
             cpus=self.cpus,
+            host=HOST,
             simulated=self.runtime.simulated,
             state=state,
             route_partitions=sorted(tp.partition for tp in consumer.assignment()

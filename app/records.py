@@ -271,6 +271,9 @@ class HeartbeatRecord(_Wire):
     threads: int | None = None
     # The cores the executor is pinned to (runtimes/affinity.py); null where unpinned.
     cpus: list[int] | None = None
+    # The executor's host name: pinned executors on one host that share a core share its
+    # time, so the router counts each one's queued work in the others' waits.
+    host: str | None = None
     simulated: bool = False
     # "up" while serving; "stopping" in the last heartbeat of a clean shutdown.
     state: str = "up"

@@ -13,6 +13,8 @@ policies charge a class (``Candidate.start_wait_ms``). Pure logic: no Kafka, no 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from models.backlog import Backlog, Held
 from models.registry import ClassView
 
@@ -92,3 +94,35 @@ def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0
         return own
     instances = max(view.live_instances, 1)
     return own + (others.ms * pace + others.count * per_workload_ms) / instances
+
+
+def colocated_waits(classes: Mapping[str, ClassView],
+                    device_wait: Mapping[str, float | None],
+                    backlog_ms: Mapping[str, float]) -> dict[str, float | None]:
+    """Each class's wait (``device_wait``, else its backlog over its instances) plus the
+    queued work of every other class whose pinned cores overlap its own, in the share of that
+    class's cores they have in common; unchanged where no cores are shared.
+
+    Executors pinned to the same core of one host take turns on it, so work queued at one of
+    them holds back the others as much as their own does. Counted as separate devices, a
+    router moved work to whichever looked idle and bought no parallelism: on the live CPU
+    sets, whose three executors share one core, always sending to the fastest runtime
+    (``static``) beat every policy that spread the work.
+    """
+    out: dict[str, float | None] = dict(device_wait)
+    for name, view in classes.items():
+        if not view.cores:
+            continue
+        extra = 0.0
+        for other_name, other in classes.items():
+            if other_name == name or not other.cores:
+                continue
+            shared = len(view.cores & other.cores)
+            if shared:
+                extra += max(backlog_ms.get(other_name, 0.0), 0.0) * shared / len(other.cores)
+        if extra > 0.0:
+            own = out.get(name)
+            if own is None:
+                own = max(backlog_ms.get(name, 0.0), 0.0) / max(view.live_instances, 1)
+            out[name] = own + extra
+    return out

@@ -33,6 +33,9 @@ class ClassView:
     # none is); models/transfer.py.
     link: Link | None = None
     price_per_hour: float = 0.0
+    # (host, core) of every pinned live device of the class (heartbeats' ``host`` and
+    # ``cpus``): classes whose cores overlap share those cores' time (models/dispatch.py).
+    cores: frozenset[tuple[str, int]] = frozenset()
 
 
 def device_is_live(device: Mapping[str, Any], now_ms: float, timeout_s: float) -> bool:
@@ -77,8 +80,17 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
             link=Link(max(k.rtt_ms for k in links), min(k.bandwidth_mbit_s for k in links))
             if links else None,
             price_per_hour=max(prices, default=0.0),
+            cores=frozenset(core for m in members for core in _member_cores(m)),
         )
     return views
+
+
+def _member_cores(device: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """A device record's (host, core) pairs; none where it is unpinned or names no host."""
+    host, cpus = device.get("host"), device.get("cpus")
+    if not isinstance(host, str) or not host or not isinstance(cpus, list):
+        return []
+    return [(host, c) for c in cpus if isinstance(c, int) and not isinstance(c, bool)]
 
 
 def _member_link(device: Mapping[str, Any]) -> Link | None:

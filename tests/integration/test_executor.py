@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -212,6 +213,8 @@ async def test_executor_serves_routes_end_to_end(broker: str, unique: str, tmp_p
         assert ["matmul", "fp32", "eager"] in beat["capabilities"]
         assert not any(c[1] != "fp32" for c in beat["capabilities"])
         assert beat["memory_bytes"] > 0 and beat["queue_depth"] >= 0
+        # Pinned (--threads 1): its core and its host, which tell the router what it shares.
+        assert len(beat["cpus"]) == 1 and beat["host"] == socket.gethostname()
 
         # A slowed device really takes longer and says so.
         slowdown.write_text("4")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.backlog import Backlog
-from models.dispatch import route_partition
+from models.dispatch import colocated_waits, route_partition
 from models.registry import ClassView, live_classes
 
 
@@ -161,3 +161,44 @@ def test_the_oldest_routing_time_survives_removals_in_any_order() -> None:
     backlog.remove_entry(entries[1])
     backlog.remove_entry(entries[2])
     assert lane.working_since_ms() is None
+
+
+def test_live_classes_carry_the_host_cores_of_their_pinned_devices() -> None:
+    now = 1_000_000
+
+    def device(name: str, cls: str, **extra: object) -> dict:
+        return {"device_id": name, "device_class": cls, "last_seen_ms": now, **extra}
+
+    views = live_classes([
+        device("t", "torch-cpu-x86", host="box", cpus=[1]),
+        device("j", "jax-cpu-x86", host="box", cpus=[1, 2]),
+        device("n", "numpy-cpu-x86", cpus=[1]),  # an older executor: no host, so unknown
+        device("u", "numpy-cpu-x86", host="box", cpus=None),  # unpinned
+        device("x", "jax-cpu-x86", host="other", cpus=[True, "2", 3]),  # only ints count
+    ], now, 5.0)
+    assert views["torch-cpu-x86"].cores == {("box", 1)}
+    assert views["jax-cpu-x86"].cores == {("box", 1), ("box", 2), ("other", 3)}
+    assert views["numpy-cpu-x86"].cores == frozenset()
+
+
+def test_classes_on_a_shared_core_wait_for_each_others_work() -> None:
+    box = lambda *cpus: frozenset(("box", c) for c in cpus)  # noqa: E731
+    classes = {
+        "torch-cpu-x86": ClassView("torch-cpu-x86", 1, cores=box(1)),
+        "jax-cpu-x86": ClassView("jax-cpu-x86", 1, cores=box(1, 2)),
+        "numpy-cpu-x86": ClassView("numpy-cpu-x86", 1, cores=box(3)),
+        "sim-h100": ClassView("sim-h100", 2),  # unpinned: nothing shared
+    }
+    backlog = {"torch-cpu-x86": 40.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 7.0,
+               "sim-h100": 500.0}
+    waits = colocated_waits(classes, {"torch-cpu-x86": 40.0, "jax-cpu-x86": None,
+                                      "numpy-cpu-x86": 7.0, "sim-h100": 250.0}, backlog)
+    # torch shares its one core with half of jax's two: half of jax's queue holds it back.
+    assert waits["torch-cpu-x86"] == 40.0 + 100.0 * 1 / 2
+    # jax shares one core with all of torch's (its wait unknown: its backlog over instances).
+    assert waits["jax-cpu-x86"] == 100.0 + 40.0
+    assert waits["numpy-cpu-x86"] == 7.0 and waits["sim-h100"] == 250.0
+    # The same cores on another host are not shared.
+    apart = dict(classes, **{"numpy-cpu-x86": ClassView(
+        "numpy-cpu-x86", 1, cores=frozenset({("other", 1)}))})
+    assert colocated_waits(apart, {"numpy-cpu-x86": 7.0}, backlog)["numpy-cpu-x86"] == 7.0

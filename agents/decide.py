@@ -32,7 +32,7 @@ from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, history, input_offsets, models
 from models.backlog import InflightEntry
 from models.costmodel import CostModel
-from models.dispatch import colocated_waits, device_wait_ms, route_partition
+from models.dispatch import colocated_waits, core_sharing, device_wait_ms, route_partition
 from models.history import HistoryModel
 from models.inflight import batch_key, reroute_key
 from models.ops import SpecError
@@ -88,7 +88,7 @@ VIEW_REFRESH_S = 0.1
 # lag is harmless; a class that just appeared is read at once.
 MODEL_REFRESH_S = 0.5
 _views: dict[str, Any] = {"read_at": -1.0, "models_at": -1.0, "classes": {}, "learned": {},
-                          "setup": {}, "transfer": {}}
+                          "setup": {}, "transfer": {}, "sharing": {}}
 # Which (shape, variant) this decider has sent to each class: those are probably warm there.
 warm_routes = WarmRoutes()
 
@@ -154,7 +154,7 @@ def snapshot_now() -> Snapshot:
     classes = _views["classes"]
     return Snapshot(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
                     learned=dict(_views["learned"]), setup=_views["setup"],
-                    transfer=_views["transfer"])
+                    transfer=_views["transfer"], sharing=_views["sharing"])
 
 
 def refresh_views(force: bool = False) -> dict[str, Any]:
@@ -165,7 +165,7 @@ def refresh_views(force: bool = False) -> dict[str, Any]:
     now = time.monotonic()
     if force or now - _views["read_at"] > VIEW_REFRESH_S:
         classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
-        _views.update(read_at=now, classes=classes)
+        _views.update(read_at=now, classes=classes, sharing=core_sharing(classes))
         if (force or now - _views["models_at"] > MODEL_REFRESH_S
                 or not set(classes) <= set(_views["setup"])):
             stored = {c: models.get(c) for c in classes}
@@ -195,7 +195,7 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     now = now_ms()
     # Classes pinned to shared cores wait for each other's work too.
     snapshot.device_wait_ms = colocated_waits(
-        snapshot.classes,
+        snapshot.classes, snapshot.sharing,
         {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms, now)
          for c, view in snapshot.classes.items()},
         snapshot.backlog_ms)

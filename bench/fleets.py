@@ -95,8 +95,8 @@ def live_cores() -> tuple[tuple[int, ...], str]:
 
 
 LIVE_FLEET: tuple[ExecutorSpec, ...] = tuple(
-    ExecutorSpec(runtime, "cpu", 1, threads=1, cpus=live_cores()[1])
-    for runtime in ("torch", "jax", "numpy"))
+    ExecutorSpec(runtime, "cpu", 1, threads=1, cpus=core)
+    for core in (live_cores()[1],) for runtime in ("torch", "jax", "numpy"))
 # End-to-end allowance for the Kafka hops (produce → decide → execute → result) on this
 # machine, added to each workload's deadline: about the pipeline's p95 at moderate load.
 DEADLINE_FLOOR_MS = 500.0

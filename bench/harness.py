@@ -117,7 +117,6 @@ class Run:
     result_ts: dict[str, int] = field(default_factory=dict)
     route_ts: dict[str, int] = field(default_factory=dict)
     route_class: dict[str, str] = field(default_factory=dict)
-    routes: dict[str, dict[str, Any]] = field(default_factory=dict)  # the first route's record
     started_ms: float = 0.0
     last_sent_ms: float = 0.0
 
@@ -197,7 +196,6 @@ async def drive(namespace: str, workloads: Sequence[dict[str, Any]], arrivals_s:
                     elif key not in run.route_ts:
                         run.route_ts[key] = record.timestamp
                         run.route_class[key] = tp.topic.rsplit(".", 1)[-1]
-                        run.routes[key] = json.loads(record.value)
 
     collector = asyncio.create_task(collect())
     pending = []

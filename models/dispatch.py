@@ -96,12 +96,30 @@ def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0
     return own + (others.ms * pace + others.count * per_workload_ms) / instances
 
 
-def colocated_waits(classes: Mapping[str, ClassView],
+def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]]:
+    """For each class whose pinned cores overlap other classes' (same host, same core), those
+    classes and the share of each one's cores in common; classes that share nothing are
+    absent. A pure function of the live views: computed when they are read, not per decision.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for name, view in classes.items():
+        if not view.cores:
+            continue
+        shares = {other_name: len(view.cores & other.cores) / len(other.cores)
+                  for other_name, other in classes.items()
+                  if other_name != name and other.cores and view.cores & other.cores}
+        if shares:
+            out[name] = shares
+    return out
+
+
+def colocated_waits(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
                     device_wait: Mapping[str, float | None],
                     backlog_ms: Mapping[str, float]) -> dict[str, float | None]:
     """Each class's wait (``device_wait``, else its backlog over its instances) plus the
     queued work of every other class whose pinned cores overlap its own, in the share of that
-    class's cores they have in common; unchanged where no cores are shared.
+    class's cores they have in common (``sharing``, from `core_sharing`); unchanged where no
+    cores are shared.
 
     Executors pinned to the same core of one host take turns on it, so work queued at one of
     them holds back the others as much as their own does. Counted as separate devices, a
@@ -110,19 +128,12 @@ def colocated_waits(classes: Mapping[str, ClassView],
     (``static``) beat every policy that spread the work.
     """
     out: dict[str, float | None] = dict(device_wait)
-    for name, view in classes.items():
-        if not view.cores:
-            continue
-        extra = 0.0
-        for other_name, other in classes.items():
-            if other_name == name or not other.cores:
-                continue
-            shared = len(view.cores & other.cores)
-            if shared:
-                extra += max(backlog_ms.get(other_name, 0.0), 0.0) * shared / len(other.cores)
+    for name, shares in sharing.items():
+        extra = sum(max(backlog_ms.get(other, 0.0), 0.0) * share
+                    for other, share in shares.items())
         if extra > 0.0:
             own = out.get(name)
             if own is None:
-                own = max(backlog_ms.get(name, 0.0), 0.0) / max(view.live_instances, 1)
+                own = max(backlog_ms.get(name, 0.0), 0.0) / max(classes[name].live_instances, 1)
             out[name] = own + extra
     return out

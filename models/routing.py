@@ -45,6 +45,8 @@ class Snapshot:
     device_wait_ms: dict[str, float | None] = field(default_factory=dict)
     # Each class's learned transfer sums (models/transfer.py), stored beside its model.
     transfer: dict[str, Any] = field(default_factory=dict)
+    # Classes pinned to shared cores (models/dispatch.py::core_sharing of ``classes``).
+    sharing: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def warm_key(workload: Workload,

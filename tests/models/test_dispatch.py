@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.backlog import Backlog
-from models.dispatch import colocated_waits, route_partition
+from models.dispatch import colocated_waits, core_sharing, route_partition
 from models.registry import ClassView, live_classes
 
 
@@ -191,8 +191,9 @@ def test_classes_on_a_shared_core_wait_for_each_others_work() -> None:
     }
     backlog = {"torch-cpu-x86": 40.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 7.0,
                "sim-h100": 500.0}
-    waits = colocated_waits(classes, {"torch-cpu-x86": 40.0, "jax-cpu-x86": None,
-                                      "numpy-cpu-x86": 7.0, "sim-h100": 250.0}, backlog)
+    waits = colocated_waits(classes, core_sharing(classes),
+                            {"torch-cpu-x86": 40.0, "jax-cpu-x86": None,
+                             "numpy-cpu-x86": 7.0, "sim-h100": 250.0}, backlog)
     # torch shares its one core with half of jax's two: half of jax's queue holds it back.
     assert waits["torch-cpu-x86"] == 40.0 + 100.0 * 1 / 2
     # jax shares one core with all of torch's (its wait unknown: its backlog over instances).
@@ -201,4 +202,5 @@ def test_classes_on_a_shared_core_wait_for_each_others_work() -> None:
     # The same cores on another host are not shared.
     apart = dict(classes, **{"numpy-cpu-x86": ClassView(
         "numpy-cpu-x86", 1, cores=frozenset({("other", 1)}))})
-    assert colocated_waits(apart, {"numpy-cpu-x86": 7.0}, backlog)["numpy-cpu-x86"] == 7.0
+    assert colocated_waits(apart, core_sharing(apart), {"numpy-cpu-x86": 7.0},
+                           backlog)["numpy-cpu-x86"] == 7.0

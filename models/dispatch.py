@@ -116,24 +116,37 @@ def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]
 def colocated_waits(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
                     device_wait: Mapping[str, float | None],
                     backlog_ms: Mapping[str, float]) -> dict[str, float | None]:
-    """Each class's wait (``device_wait``, else its backlog over its instances) plus the
-    queued work of every other class whose pinned cores overlap its own, in the share of that
-    class's cores they have in common (``sharing``, from `core_sharing`); unchanged where no
-    cores are shared.
+    """Each class's wait (``device_wait``, else its backlog over its instances) stretched by
+    the classes whose pinned cores overlap its own (``sharing``, from `core_sharing`): while
+    its own queue drains, each of them with work queued takes its turns on the shared cores,
+    so the wait grows by that class's queued work up to the class's own wait, in the share of
+    that class's cores they have in common; unchanged where no cores are shared.
 
-    Executors pinned to the same core of one host take turns on it, so work queued at one of
-    them holds back the others as much as their own does. Counted as separate devices, a
-    router moved work to whichever looked idle and bought no parallelism: on the live CPU
-    sets, whose three executors share one core, always sending to the fastest runtime
-    (``static``) beat every policy that spread the work.
+    Executors pinned to one core each keep their own queue and take turns on the core (the
+    kernel shares it between the runnable ones). Counted as separate devices, an idle class
+    looked as fast beside a busy neighbour as alone. Counted as one queue (each class waiting
+    for all the work on the core, as this did before), a workload sent to an idle executor
+    was expected to wait for its neighbours' whole queue, where it started at once: in the
+    live bf16 set JAX's executor held seconds of compilations while torch's and NumPy's
+    started their work within milliseconds, and the router, seeing every class equally
+    busy, kept sending work to JAX. A neighbour's queued work is its backlog, but no more
+    than its device wait times its instances (its dispatch overhead counted down as the
+    class's own wait counts it).
     """
+    def queued(name: str) -> float:
+        held = max(backlog_ms.get(name, 0.0), 0.0)
+        wait = device_wait.get(name)
+        view = classes.get(name)
+        if wait is None or view is None:
+            return held
+        return min(held, max(wait, 0.0) * max(view.live_instances, 1))
+
     out: dict[str, float | None] = dict(device_wait)
     for name, shares in sharing.items():
-        extra = sum(max(backlog_ms.get(other, 0.0), 0.0) * share
-                    for other, share in shares.items())
+        own = out.get(name)
+        if own is None:
+            own = max(backlog_ms.get(name, 0.0), 0.0) / max(classes[name].live_instances, 1)
+        extra = sum(min(queued(other), own) * share for other, share in shares.items())
         if extra > 0.0:
-            own = out.get(name)
-            if own is None:
-                own = max(backlog_ms.get(name, 0.0), 0.0) / max(classes[name].live_instances, 1)
             out[name] = own + extra
     return out

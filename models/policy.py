@@ -13,10 +13,12 @@ being best, and as the posterior firms up the draws agree with the means and the
 exploits. Exploration pays for itself: an exploratory pick (one only the draw prefers, a
 class still cold on its prior, a shape its class would first have to set up) is taken when
 its class is idle — less queued than one execution of the greedy pick, and at least
-``IDLE_WAIT_MS`` — and otherwise the best known, ready candidate by the means is routed (at
-a cold start, nothing known yet, the best candidate by the means): an
-unknown (say compiled, cold) variant is tried while its class has nothing better to do, never
-behind a long queue that its compilation would stall.
+``IDLE_WAIT_MS`` — or, once something is known, when no more work is queued ahead of it than
+ahead of the greedy pick and it compiles nothing of unknown cost (an eager variant, or a
+measured setup); otherwise the best known, ready candidate by the means is routed (at a cold
+start, nothing known yet, the best candidate by the means): an unknown (say compiled, cold)
+variant is tried while its class has nothing better to do, never behind a long queue that its
+compilation would stall.
 """
 
 from __future__ import annotations
@@ -187,7 +189,7 @@ class SwitchyardPolicy:
             drawn = chosen
             chosen = self._explore_only_when_idle(
                 chosen, greedy, idx, greedy_scores, wait, setup, [c.cold for c in usable],
-                mean_ms, learned, samples)
+                mean_ms, learned, samples, [c.variant.mode for c in usable])
             held_back = chosen != drawn
             pick_at = int(np.flatnonzero(idx == chosen)[0])
 
@@ -267,23 +269,38 @@ class SwitchyardPolicy:
     def _explore_only_when_idle(self, chosen: int, greedy: int, idx: np.ndarray,
                                 greedy_scores: np.ndarray, wait: np.ndarray,
                                 setup: np.ndarray, cold: list[bool], mean_ms: np.ndarray,
-                                learned: list[bool],
-                                samples: list[int]) -> int:
+                                learned: list[bool], samples: list[int],
+                                usable_modes: list[str]) -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
         still near its prior; a shape whose setup there is unknown or costs more than the
-        execution) on a class that is not idle: then the best pick, by the means, among the
+        execution) on a class that is not idle and either busier than the greedy pick's or
+        facing a compilation of unknown cost: then the best pick, by the means, among the
         known, ready candidates."""
         known = [bool(learned[i]) and samples[i] >= self.cold_samples and not cold[i]
                  and setup[i] <= mean_ms[i] for i in range(len(learned))]
         exploring = chosen != greedy or not known[chosen]
-        if not exploring or wait[chosen] <= max(IDLE_WAIT_MS, float(mean_ms[greedy])):
+        idle = max(IDLE_WAIT_MS, float(mean_ms[greedy]))
+        # A compilation of unknown cost: a cold shape in a mode that compiles.
+        compiles = [cold[i] and usable_modes[i] != "eager" for i in range(len(cold))]
+        if not exploring or wait[chosen] <= idle:
+            return chosen
+        if wait[chosen] <= wait[greedy] + idle and not compiles[chosen]:
+            # No more work ahead of it than ahead of the greedy pick (classes sharing a core
+            # wait for the same work) and no compilation of unknown cost: the exploration
+            # queues nothing the greedy pick would not. Held back there, a class never tried
+            # stayed untried for as long as the shared queue was busy (issue 13, live bf16:
+            # every workload to JAX, whose compilations kept that queue busy).
             return chosen
         ready = [j for j, i in enumerate(idx) if known[int(i)]]
         if not ready:
             # Nothing is known yet (cold start): the best by the means, whose waits count the
-            # work already routed, rather than the draw's pick behind a queue (the draws of
-            # wide priors sent the first workloads of a live set anywhere, each new option a
-            # warm-up on a busy core: seconds of queue, issue 13).
+            # work already routed, rather than the draw's pick behind a longer queue — and not
+            # a compilation of unknown cost while another option compiles nothing (the live
+            # bf16 set's first workloads, all to JAX's compiled variants by their priors,
+            # queued seconds behind the first compilations on the shared core).
+            plain = [j for j, i in enumerate(idx) if not compiles[int(i)]]
+            if plain and compiles[greedy]:
+                return int(idx[plain[int(np.argmin(greedy_scores[plain]))]])
             return greedy
         return int(idx[ready[int(np.argmin(greedy_scores[ready]))]])
 

@@ -181,7 +181,7 @@ def test_live_classes_carry_the_host_cores_of_their_pinned_devices() -> None:
     assert views["numpy-cpu-x86"].cores == frozenset()
 
 
-def test_classes_on_a_shared_core_wait_for_each_others_work() -> None:
+def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> None:
     box = lambda *cpus: frozenset(("box", c) for c in cpus)  # noqa: E731
     classes = {
         "torch-cpu-x86": ClassView("torch-cpu-x86", 1, cores=box(1)),
@@ -194,13 +194,19 @@ def test_classes_on_a_shared_core_wait_for_each_others_work() -> None:
     waits = colocated_waits(classes, core_sharing(classes),
                             {"torch-cpu-x86": 40.0, "jax-cpu-x86": None,
                              "numpy-cpu-x86": 7.0, "sim-h100": 250.0}, backlog)
-    # torch shares its one core with half of jax's two: half of jax's queue holds it back.
-    assert waits["torch-cpu-x86"] == 40.0 + 100.0 * 1 / 2
-    # jax shares one core with all of torch's (its wait unknown: its backlog over instances).
+    # torch shares its one core with half of jax's two: while torch's 40 ms drain, jax's
+    # queue takes half of its turns there.
+    assert waits["torch-cpu-x86"] == 40.0 + 40.0 * 1 / 2
+    # jax (its wait unknown: its backlog over instances) shares one core with all of torch's,
+    # whose 40 ms are done within jax's 100.
     assert waits["jax-cpu-x86"] == 100.0 + 40.0
     assert waits["numpy-cpu-x86"] == 7.0 and waits["sim-h100"] == 250.0
-    # The same cores on another host are not shared.
-    apart = dict(classes, **{"numpy-cpu-x86": ClassView(
-        "numpy-cpu-x86", 1, cores=frozenset({("other", 1)}))})
-    assert colocated_waits(apart, core_sharing(apart), {"numpy-cpu-x86": 7.0},
-                           backlog)["numpy-cpu-x86"] == 7.0
+    # An idle class starts at once beside a busy neighbour: its own executor's queue is empty.
+    idle = colocated_waits(classes, core_sharing(classes),
+                           {"torch-cpu-x86": 0.0, "jax-cpu-x86": 100.0}, backlog)
+    assert idle["torch-cpu-x86"] == 0.0 and idle["jax-cpu-x86"] == 100.0
+    # A neighbour's work counts as its own wait counts it: torch's overhead already counted
+    # down (its wait 25 of its 40 ms backlog) is not charged to jax either.
+    waits = colocated_waits(classes, core_sharing(classes),
+                            {"torch-cpu-x86": 25.0, "jax-cpu-x86": None}, backlog)
+    assert waits["jax-cpu-x86"] == 100.0 + 25.0

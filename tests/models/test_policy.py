@@ -444,25 +444,61 @@ def test_switchyard_explores_an_unknown_variant_only_while_its_class_is_idle() -
 
 
 def test_switchyard_at_a_cold_start_routes_by_the_means_behind_a_queue() -> None:
-    """Cold start under load: nothing is known and ready and no class is idle, so the best by
-    the means is routed rather than the draw's pick (the draws of wide priors sent the first
-    workloads of the live bf16 set anywhere, each new option a warm-up on a busy core). A
-    class with nothing queued is still tried: exploration goes on where it costs no wait."""
+    """Cold start under load: nothing is known and ready, so an exploration that would wait
+    behind more work than the best by the means is not made: that best goes (the draws of
+    wide priors sent the first workloads of the live bf16 set anywhere, each new option a
+    warm-up on a busy core). A class with nothing queued is still tried, and so is one no
+    busier than the best by the means: exploration goes on where it costs no extra wait."""
     models: dict = {}
     policy = make_policy("switchyard")
     busy = [Candidate("sim-h100", FP32, 1, 50.0, cold=True),
-            Candidate("sim-a100", FP32, 1, 50.0, cold=True)]
+            Candidate("sim-a100", FP32, 1, 500.0, cold=True)]
     decisions = [policy.decide(workload(), busy, models, None, rng(seed)) for seed in range(50)]
     assert {d.device_class for d in decisions} == {"sim-h100"}  # the faster by its prior
-    one_idle = [Candidate("sim-h100", FP32, 1, 50.0, cold=True),
-                Candidate("sim-a100", FP32, 1, 0.0, cold=True)]
-    chosen = {policy.decide(workload(), one_idle, models, None, rng(seed)).device_class
-              for seed in range(50)}
-    assert "sim-a100" in chosen
+    for a100_wait in (0.0, 50.0):
+        offered = [Candidate("sim-h100", FP32, 1, 50.0, cold=True),
+                   Candidate("sim-a100", FP32, 1, a100_wait, cold=True)]
+        chosen = {policy.decide(workload(), offered, models, None, rng(seed)).device_class
+                  for seed in range(50)}
+        assert "sim-a100" in chosen
+    # Nor does a compilation of unknown cost go behind the queue while an option compiles
+    # nothing, even when the priors rank it first (here: a tie, listed first).
+    compiled = Variant("fp32", "compiled")
+    with_compiled = [Candidate("sim-h100", compiled, 1, 50.0, cold=True), *busy]
+    assert {policy.decide(workload(), with_compiled, models, None, rng(seed)).variant
+            for seed in range(50)} == {FP32}
     # Without the rule, the draw decides behind the queue as well.
     unguarded = make_policy("switchyard", explore_when_idle=False)
-    assert {unguarded.decide(workload(), busy, models, None, rng(seed)).device_class
-            for seed in range(50)} == {"sim-h100", "sim-a100"}
+    assert {unguarded.decide(workload(), with_compiled, models, None, rng(seed)).variant
+            for seed in range(50)} == {FP32, compiled}
+
+
+def test_switchyard_tries_a_new_class_no_busier_than_the_greedy_pick() -> None:
+    """A busy shared queue: one class is known, another (eager, never tried) waits behind the
+    same work (classes pinned to one core). Trying it queues nothing the known class would
+    not, so the draw may pick it; a compiled variant of unknown setup there, or the same class
+    behind a longer queue of its own, is still held back (issue 13, live bf16: a class never
+    tried stayed untried while the shared queue was busy)."""
+    compiled = Variant("fp32", "compiled")
+    known = CostModel.for_class("jax-cpu-x")
+    for _ in range(60):
+        known.learn_one(MATMUL, FP32, 3.0)
+    models = {"jax-cpu-x": known}
+
+    def picks(offered: list[Candidate]) -> Counter:
+        policy = make_policy("switchyard")
+        return Counter((d.device_class, d.variant.mode) for d in (
+            policy.decide(workload(), offered, models, None, rng(seed)) for seed in range(200)))
+
+    shared = picks([Candidate("jax-cpu-x", FP32, 1, 500.0),
+                    Candidate("torch-cpu-x", FP32, 1, 500.0, cold=True)])
+    assert shared[("torch-cpu-x", "eager")] >= 20
+    cold_compiled = picks([Candidate("jax-cpu-x", FP32, 1, 500.0),
+                           Candidate("torch-cpu-x", compiled, 1, 500.0, cold=True)])
+    assert set(cold_compiled) == {("jax-cpu-x", "eager")}
+    longer = picks([Candidate("jax-cpu-x", FP32, 1, 500.0),
+                    Candidate("torch-cpu-x", FP32, 1, 900.0, cold=True)])
+    assert set(longer) == {("jax-cpu-x", "eager")}
 
 
 def test_switchyard_lifts_a_cold_class_prior_by_the_learned_classes_slowdown() -> None:

@@ -19,7 +19,8 @@ from app.main import app, settings, topics
 from app.records import ResultRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import completed, input_offsets
-from models.backlog import charge_of
+from models.backlog import InflightEntry, charge_of
+from models.handling import handling_ms
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
@@ -76,8 +77,24 @@ async def complete_one(event: Any) -> None:
         if outcome.status == "ok" and outcome.device_class == entry.get("device_class"):
             # How long the class really took against what it was charged: its pace scales
             # the wait the next decisions expect behind its queue (models/backlog.py).
-            state.backlog.observe(outcome.device_class, charge_of(entry), service_ms(outcome))
+            service = service_ms(outcome)
+            state.backlog.observe(outcome.device_class, charge_of(entry), service)
+            learn_handling(outcome, entry, service)
         state.close_inflight(outcome.id, now_ms())  # seen finished now (models/dispatch.py)
+
+
+def learn_handling(outcome: ResultRecord, entry: InflightEntry, service: float) -> None:
+    """What the executor spent around the execution, learned per class against the bytes the
+    workload moved (models/handling.py). Skipped for a workload that set up a cold shape: its
+    warm-up run, outside the execution and not in the outcome, would count as handling."""
+    nbytes = entry.get("io_bytes")
+    if nbytes is None or outcome.compile_ms is not None or outcome.finished_at_ms is None:
+        return
+    share = max(1, outcome.batch_size)
+    ms = handling_ms(service, float(outcome.latency_ms) / share, None,
+                     None if outcome.transfer_ms is None else outcome.transfer_ms / share)
+    if ms is not None:
+        state.handling.observe(outcome.device_class, float(nbytes), ms)
 
 
 def service_ms(outcome: ResultRecord) -> float:

@@ -44,6 +44,7 @@ from models.routing import (
     choose,
     decision_view,
     inflight_entry,
+    io_bytes,
     offers,
     route_fields,
 )
@@ -154,7 +155,8 @@ def snapshot_now() -> Snapshot:
     classes = _views["classes"]
     return Snapshot(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
                     learned=dict(_views["learned"]), setup=_views["setup"],
-                    transfer=_views["transfer"], sharing=_views["sharing"])
+                    transfer=_views["transfer"], sharing=_views["sharing"],
+                    handling=state.handling)
 
 
 def refresh_views(force: bool = False) -> dict[str, Any]:
@@ -232,7 +234,8 @@ def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
     state.note_route(workload, record.device_class)
     observability.inc("switchyard_decisions_total", device_class=record.device_class,
                       policy=policy.name, reason=record.reason)
-    entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset)
+    entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset,
+                           routed.decision.handling_ms, io_bytes(workload))
     if routed.route_partition is not None:
         entry["route_partition"] = routed.route_partition
     state.add_inflight(key, routed.partition, workload.id, entry, previous)

@@ -6,6 +6,9 @@
   one delete when the batch's last workload finished).
 - ``backlog``: routed, unfinished work per class (models/backlog.py), the sum of the in-flight
   table's charges over this worker's partitions.
+- ``handling``: each class's learned handling around the execution (models/handling.py),
+  from the outcomes this worker completes; kept across rebuilds (it is about the executors,
+  not the partitions), learned again after a restart.
 - ``recent``: the newest decisions per workload partition, for ``/api/decisions`` and the
   dashboard (a view, not state: a restarted worker starts it empty).
 - ``shapes`` and ``last_routed``: the distinct shapes routed lately and when each class was
@@ -37,6 +40,7 @@ from app.main import app, settings, topics
 from app.streaming import PartitionWrite, assigned_partitions, event_context, now_ms
 from app.tables import backlog_shares, completed, inflight
 from models.backlog import Backlog, BacklogShare, InflightEntry, merge_shares
+from models.handling import Handling
 from models.inflight import InflightBook
 from models.probing import RecentShapes
 from models.workload import Workload
@@ -54,6 +58,7 @@ WORKER_ID = settings.worker_instance_id() or f"{socket.gethostname()}-{os.getpid
 
 backlog = Backlog()
 book = InflightBook()
+handling = Handling()
 # Stored batches found empty at a rebuild, deleted by the next timer turn (not while Faust is
 # still completing the rebalance).
 _garbage: list[tuple[str, int]] = []

@@ -244,11 +244,14 @@ class Health(web.View):
 class BacklogView(web.View):
     """Routed, unfinished work per class as this worker waits on it: its own partitions'
     share (``ms``, ``count``), the other workers' published shares (``others_ms``,
-    ``others_count``) and the class's pace (measured ÷ predicted)."""
+    ``others_count``) and the class's pace (measured ÷ predicted); and each class's learned
+    handling around the execution (``handling``: ``a_ms`` + ``ms_per_mb`` per MB moved,
+    from ``rows`` outcomes; models/handling.py)."""
 
     async def get(self, request: web.Request) -> web.Response:
         return self.json({"worker": state.WORKER_ID, "time_ms": now_ms(),
-                          "backlog": state.backlog.by_class()})
+                          "backlog": state.backlog.by_class(),
+                          "handling": state.handling.by_class()})
 
 
 @blueprint.route("/api/devices", name="devices")

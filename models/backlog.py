@@ -29,13 +29,14 @@ class InflightEntry(TypedDict, total=False):
     device_class: str
     variant: dict[str, Any]
     predicted_ms: float
-    charged_ms: float  # execution + setup + transfer; entries from before setup costs lack it
+    charged_ms: float  # execution + setup + transfer + handling; older entries may lack it
     decided_at_ms: int
     attempt: int
     partition: int  # the workload record's partition and offset (a redelivery is told apart)
     offset: int | None
     workload: dict[str, Any]
     route_partition: int  # only when routed to an explicit partition (models/dispatch.py)
+    io_bytes: int  # the bytes it moves in and out (models/handling.py); older entries lack it
 
 
 class BacklogShare(TypedDict):

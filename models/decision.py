@@ -55,6 +55,9 @@ class Candidate:
     # 0 for a local class), and the class's declared price per device-hour (0: unpriced).
     transfer_ms: float = 0.0
     price_per_hour: float = 0.0
+    # What the class's executor is expected to spend on the workload around the execution:
+    # making its inputs, checksumming its output (models/handling.py; 0: not known).
+    handling_ms: float = 0.0
 
     @property
     def expected_wait_ms(self) -> float:
@@ -89,12 +92,13 @@ class Decision:
     energy_fallback: bool = False
     setup_ms: float = 0.0  # the expected setup charged to the chosen candidate
     transfer_ms: float = 0.0  # the expected transfer over the chosen class's link
+    handling_ms: float = 0.0  # the expected handling around the execution (models/handling.py)
     cost: float = 0.0  # price x expected device time (setup, transfer and execution)
     # The chosen class's energy is its roofline prior's estimate (no model learned yet).
     energy_estimated: bool = False
     # Why it won: the chosen candidate's terms first, then the best others' (at most 3), each
-    # {device_class, precision, mode, exec_ms, transfer_ms, wait_ms, setup_ms, energy_j,
-    # cost, score}; empty for policies that do not score candidates.
+    # {device_class, precision, mode, exec_ms, transfer_ms, wait_ms, setup_ms, handling_ms,
+    # energy_j, cost, score}; empty for policies that do not score candidates.
     compared: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 ``switchyard`` scores each (class, variant) by expected completion = predicted execution time
 + expected wait (backlog / live instances) + the expected one-time setup when the class has
 probably not run that (shape, variant) yet (models/setup.py) + the expected transfer over a
-remote class's link (models/transfer.py), or by predicted joules, or by cost (the class's price
-per device-hour x setup, transfer and execution), or a normalised mix, as the request's
+remote class's link (models/transfer.py) + the executor's expected handling around the
+execution (models/handling.py), or by predicted joules, or by cost (the class's price per
+device-hour x setup, transfer, handling and execution), or a normalised mix, as the request's
 objective says; within its deadline where any candidate makes it, and never over its
 ``max_cost`` (none within: ``OverBudget``). It picks by Thompson sampling: each
 candidate's expected time is drawn from its cost model's posterior, so a class the model is
@@ -114,6 +115,8 @@ class SwitchyardPolicy:
         setup = np.array([c.setup_ms for c in usable])
         # A remote class first moves the workload's bytes over its link (models/transfer.py).
         transfer = np.array([c.transfer_ms for c in usable])
+        # What the executor spends around the execution (inputs made, output checksummed).
+        handling = np.array([c.handling_ms for c in usable])
         price = np.array([c.price_per_hour for c in usable])
         energy: list[float | None] = []
         estimated: list[bool] = []
@@ -153,10 +156,11 @@ class SwitchyardPolicy:
             objective = {"latency": 1.0 - objective.get("cost", 0.0), "energy": 0.0,
                          "cost": objective.get("cost", 0.0)}
 
-        completion = wait + setup + transfer + mean_ms
-        # What holding the device costs: its price over setup, transfer and execution.
-        cost = price * (setup + transfer + mean_ms) / HOUR_MS
-        draw_cost = price * (setup + transfer + draw_ms) / HOUR_MS
+        besides = setup + transfer + handling  # besides the execution
+        completion = wait + besides + mean_ms
+        # What holding the device costs: its price over setup, transfer, handling, execution.
+        cost = price * (besides + mean_ms) / HOUR_MS
+        draw_cost = price * (besides + draw_ms) / HOUR_MS
         allowed = list(range(n))
         if workload.max_cost is not None:
             allowed = [i for i in allowed if cost[i] <= workload.max_cost * (1 + 1e-9)]
@@ -176,7 +180,7 @@ class SwitchyardPolicy:
         greedy_scores = weighted_scores(
             completion[idx], None if mean_energy is None else mean_energy[idx], objective,
             cost[idx] if wants_cost else None)
-        draw_completion = wait + setup + transfer + draw_ms
+        draw_completion = wait + besides + draw_ms
         draw_scores = weighted_scores(
             draw_completion[idx], None if draw_energy is None else draw_energy[idx], objective,
             draw_cost[idx] if wants_cost else None)
@@ -208,7 +212,8 @@ class SwitchyardPolicy:
             return {"device_class": cand.device_class, "precision": cand.variant.precision,
                     "mode": cand.variant.mode, "exec_ms": float(mean_ms[i]),
                     "transfer_ms": float(transfer[i]), "wait_ms": float(wait[i]),
-                    "setup_ms": float(setup[i]), "energy_j": energy[i],
+                    "setup_ms": float(setup[i]), "handling_ms": float(handling[i]),
+                    "energy_j": energy[i],
                     "cost": float(cost[i]), "score": float(score)}
 
         order = [int(j) for j in np.lexsort((completion[idx], greedy_scores))]
@@ -228,6 +233,7 @@ class SwitchyardPolicy:
             energy_fallback=energy_fallback,
             setup_ms=float(setup[chosen]),
             transfer_ms=float(transfer[chosen]),
+            handling_ms=float(handling[chosen]),
             cost=float(cost[chosen]),
             energy_estimated=estimated[chosen],
             compared=(terms(chosen, greedy_scores[pick_at]), *others),

@@ -24,6 +24,7 @@ import numpy as np
 from models.backlog import InflightEntry
 from models.costmodel import CostModelLike
 from models.decision import Candidate, Decision, Policy
+from models.handling import Handling
 from models.history import HistoryModel
 from models.probing import ProbeOption
 from models.registry import ClassView, candidates_for
@@ -47,6 +48,8 @@ class Snapshot:
     transfer: dict[str, Any] = field(default_factory=dict)
     # Classes pinned to shared cores (models/dispatch.py::core_sharing of ``classes``).
     sharing: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Each class's learned handling around the execution (models/handling.py); None: none.
+    handling: Handling | None = None
 
 
 def warm_key(workload: Workload,
@@ -55,21 +58,33 @@ def warm_key(workload: Workload,
     return (workload.op.signature(), candidate.variant.precision, candidate.variant.mode)
 
 
+def io_bytes(workload: Workload) -> int:
+    """The bytes a workload's executor takes in and gives out: its inline tensors (or its op's
+    inputs at their dtype) and its output."""
+    return sum(transfer_bytes(workload.op, workload.inputs))
+
+
 def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes) -> list[Candidate]:
     """Every (live class, variant) that can run ``workload``, with its class's backlog, the
-    expected setup charged where the class has probably not run this shape and variant, and,
-    for a class behind a link, the expected transfer of the workload's bytes and its price."""
+    expected setup charged where the class has probably not run this shape and variant, the
+    class's expected handling around the execution and, for a class behind a link, the
+    expected transfer of the workload's bytes and its price."""
     out = []
     kind = workload.op.kind
     nbytes: int | None = None
+    handling = snapshot.handling
     for c in candidates_for(workload, snapshot.classes, snapshot.backlog_ms,
                             snapshot.device_wait_ms):
         view = snapshot.classes[c.device_class]
         stored_transfer = snapshot.transfer.get(c.device_class)
         extra: dict[str, Any] = {"price_per_hour": view.price_per_hour}
+        if handling is not None:
+            if nbytes is None:
+                nbytes = io_bytes(workload)
+            extra["handling_ms"] = handling.ms(c.device_class, nbytes)
         if view.link is not None or stored_transfer:
             if nbytes is None:
-                nbytes = sum(transfer_bytes(workload.op, workload.inputs))
+                nbytes = io_bytes(workload)
             extra["transfer_ms"] = predict_transfer_ms(view.link, stored_transfer, nbytes)
         if warm.is_warm(c.device_class, warm_key(workload, c)):
             out.append(replace(c, **extra))
@@ -93,12 +108,13 @@ def choose(policy: Policy, workload: Workload, candidates: list[Candidate],
 def charge(snapshot: Snapshot, warm: WarmRoutes, workload: Workload, decision: Decision,
            dispatch_overhead_ms: float) -> None:
     """Add the routed work to its class's backlog in this batch's snapshot (execution, setup of
-    a cold shape, the transfer over its link — the executor waits it out —, the executor's
-    dispatch overhead) and mark the shape warm there."""
+    a cold shape, the transfer over its link — the executor waits it out —, its handling, the
+    executor's dispatch overhead) and mark the shape warm there."""
     warm.mark(decision.device_class, warm_key(workload, decision))
     snapshot.backlog_ms[decision.device_class] = (
         snapshot.backlog_ms.get(decision.device_class, 0.0) + float(decision.predicted_ms)
-        + decision.setup_ms + decision.transfer_ms + dispatch_overhead_ms)
+        + decision.setup_ms + decision.transfer_ms + decision.handling_ms
+        + dispatch_overhead_ms)
 
 
 def route_fields(workload: Workload, decision: Decision, policy_name: str, attempt: int,
@@ -128,20 +144,25 @@ def route_fields(workload: Workload, decision: Decision, policy_name: str, attem
 
 
 def inflight_entry(route: Mapping[str, Any], setup_ms: float, partition: int,
-                   offset: int | None) -> InflightEntry:
+                   offset: int | None, handling_ms: float = 0.0,
+                   nbytes: int | None = None) -> InflightEntry:
     """The in-flight entry of a routed workload: where it went, what its class's backlog was
-    charged (the execution plus the setup of a cold shape and the transfer over its link),
-    and where its record is (so that a redelivery of that very record is told from a
-    duplicate submission)."""
-    return {
+    charged (the execution plus the setup of a cold shape, the transfer over its link and
+    the expected handling), the bytes it moves in and out (``nbytes``: what its handling is
+    learned against), and where its record is (so that a redelivery of that very record is
+    told from a duplicate submission)."""
+    entry: InflightEntry = {
         "device_class": route["device_class"], "variant": route["variant"],
         "predicted_ms": route["predicted_ms"],
-        "charged_ms": route["predicted_ms"] + setup_ms
+        "charged_ms": route["predicted_ms"] + setup_ms + handling_ms
         + float(route.get("predicted_transfer_ms") or 0.0),
         "decided_at_ms": route["decided_at_ms"],
         "attempt": route["attempt"], "partition": partition, "offset": offset,
         "workload": route["workload"],
     }
+    if nbytes is not None:
+        entry["io_bytes"] = nbytes
+    return entry
 
 
 def decision_view(route: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,8 @@ what a class's pace (models/backlog.py) compares with the time it was charged.""
 
 from __future__ import annotations
 
+import pytest
+
 from agents.complete import service_ms
 from app.records import ResultRecord
 
@@ -41,3 +43,25 @@ def test_a_batched_workload_is_charged_its_share_of_the_call() -> None:
         backlog.observe("torch-cpu-x86", 20.0, service_ms(batched))
     assert backlog.pace("torch-cpu-x86") < 1.0
     assert backlog.ms("torch-cpu-x86") < 80.0
+
+
+def test_handling_is_learned_from_outcomes_that_set_nothing_up() -> None:
+    """What the executor held a workload for beyond its execution is learned per class
+    against the bytes the workload moved; an outcome that compiled (its warm-up run is not in
+    the outcome) and an entry without its bytes (an older worker's) teach nothing."""
+    from agents import complete, state
+    from models.handling import Handling
+
+    saved = state.handling
+    state.handling = Handling()
+    try:
+        entry = {"device_class": "c", "io_bytes": 3 * 1024 * 1024}
+        done = outcome(decided_at_ms=1_000, finished_at_ms=1_100)  # held 60, executed 10
+        complete.learn_handling(done, entry, service_ms(done))
+        assert state.handling.ms("c", 3 * 1024 * 1024) == pytest.approx(50.0, rel=0.05)
+        compiled = outcome(decided_at_ms=1_000, finished_at_ms=1_500, compile_ms=300.0)
+        complete.learn_handling(compiled, entry, service_ms(compiled))
+        complete.learn_handling(done, {"device_class": "c"}, 999.0)
+        assert state.handling.by_class()["c"]["rows"] == 1
+    finally:
+        state.handling = saved

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from models.costmodel import CostModel
+from models.handling import Handling
 from models.ops import parse_op
 from models.policy import make_policy
 from models.registry import ClassView
@@ -15,6 +16,7 @@ from models.routing import (
     choose,
     decision_view,
     inflight_entry,
+    io_bytes,
     offers,
     route_fields,
     warm_key,
@@ -84,6 +86,35 @@ def test_choose_shows_the_policy_only_the_offered_classes_models() -> None:
     choose(Spy(), workload(), offers(workload(), snap, WarmRoutes()), learned, None,
            np.random.default_rng(0))
     assert seen == [{"jax-cpu-x"}]
+
+
+def test_offers_charge_each_class_its_learned_handling_and_the_entry_keeps_it() -> None:
+    """What an executor spends around the execution (inputs made, output checksummed) is part
+    of each offer, of the batch's backlog and of the in-flight charge, against which the
+    class's pace is measured; the entry keeps the bytes it is learned against."""
+    snap, w = snapshot(), workload()
+    snap.handling = Handling()
+    nbytes = io_bytes(w)
+    assert nbytes == 3 * 256 * 256 * 4  # two inputs and the output, fp32
+    for _ in range(20):
+        snap.handling.observe("jax-cpu-x", nbytes, 30.0)
+        snap.handling.observe("numpy-cpu-x", nbytes, 3.0)
+    by_class = {c.device_class: c.handling_ms for c in offers(w, snap, WarmRoutes())}
+    assert by_class["jax-cpu-x"] == pytest.approx(30.0, rel=0.05)
+    assert by_class["numpy-cpu-x"] == pytest.approx(3.0, rel=0.05)
+    decision = choose(make_policy("switchyard"), w, offers(w, snap, WarmRoutes()),
+                      snap.learned, None, np.random.default_rng(0))
+    assert decision.device_class == "numpy-cpu-x"  # equal priors: the cheaper handling
+    assert decision.handling_ms == pytest.approx(3.0, rel=0.05)
+    assert decision.compared[0]["handling_ms"] == decision.handling_ms
+    before = snap.backlog_ms.get("numpy-cpu-x", 0.0)
+    charge(snap, WarmRoutes(), w, decision, dispatch_overhead_ms=0.0)
+    assert snap.backlog_ms["numpy-cpu-x"] - before == pytest.approx(
+        decision.predicted_ms + decision.setup_ms + decision.handling_ms)
+    route = route_fields(w, decision, "switchyard", attempt=1, decided_at_ms=1)
+    entry = inflight_entry(route, 0.0, 0, 5, handling_ms=decision.handling_ms, nbytes=nbytes)
+    assert entry["charged_ms"] == pytest.approx(decision.predicted_ms + decision.handling_ms)
+    assert entry["io_bytes"] == nbytes
 
 
 def test_route_fields_inflight_entry_and_decision_view_agree() -> None:

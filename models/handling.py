@@ -1,0 +1,74 @@
+"""What an executor spends on a workload around its measured execution, per class.
+
+An executor holds a workload from taking it off its queue to its outcome: it makes the inputs
+(from the seed, or decodes inline tensors), sets up a cold shape, executes, and checksums or
+encodes the output (``agents.complete.service_ms``). The cost models learn the execution
+alone (``exec_ms``, what the runtime did); the rest is *handling*. On the live CPU executors
+it is about 1.5 ms per MB moved: a 4096 x 2048 softmax takes 76 ms to make its input and
+20-35 ms to checksum its output, around an execution of 10-25 ms. A router that compared
+executions alone took a 2 ms prediction for a 110 ms workload, and its queues for several
+times shorter than they were (the class's pace, measured ÷ charged, was held at its bound).
+
+Learned per class by each worker from the outcomes it completes (agents/complete.py), as a
+line in the workload's input and output bytes with exponential forgetting: the fit of a link's
+transfer time (models/transfer.py), here with a vague prior. Charged to a candidate beside
+its execution, setup and transfer, and to the class's backlog with the route. A class with
+nothing measured yet takes the least estimate of the classes that have (making inputs and
+checksums is mostly the same work on every runtime); 0 before any. Derived state, in memory:
+a restarted worker learns it again from its next few dozen outcomes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from models.transfer import TransferEstimate, fit_transfer, update_transfer
+
+
+def handling_ms(service_ms: float, exec_ms: float, compile_ms: float | None,
+                transfer_ms: float | None) -> float | None:
+    """A workload's handling: what its executor held it for (``service_ms``, its share of a
+    batched call) beyond its share of the execution, compilation and transfer; None when
+    that is not a measurement (not finite, or the clocks disagree: below zero)."""
+    ms = service_ms - exec_ms - float(compile_ms or 0.0) - float(transfer_ms or 0.0)
+    return ms if math.isfinite(ms) and ms >= 0.0 else None
+
+
+class Handling:
+    """Per class, the learned line ``handling ms = a + b · MB`` (see the module)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, dict[str, Any]] = {}
+        self._fits: dict[str, TransferEstimate | None] = {}
+
+    def observe(self, device_class: str, nbytes: float, ms: float) -> None:
+        """One finished workload of the class: ``nbytes`` in and out, ``ms`` of handling."""
+        self._sums[device_class] = update_transfer(self._sums.get(device_class),
+                                                   [(nbytes, ms)])
+        self._fits.pop(device_class, None)
+
+    def _fit(self, device_class: str) -> TransferEstimate | None:
+        if device_class not in self._fits:
+            stored = self._sums.get(device_class)
+            self._fits[device_class] = (fit_transfer(None, stored)
+                                        if stored and stored.get("n") else None)
+        return self._fits[device_class]
+
+    def ms(self, device_class: str, nbytes: float) -> float:
+        """The expected handling of a workload of ``nbytes`` on the class."""
+        fit = self._fit(device_class)
+        if fit is not None:
+            return fit.ms(nbytes)
+        measured = [f.ms(nbytes) for c in self._sums if (f := self._fit(c)) is not None]
+        return min(measured, default=0.0)
+
+    def by_class(self) -> dict[str, dict[str, float]]:
+        """``{class: {"a_ms", "ms_per_mb", "rows"}}`` for the dashboard and logs."""
+        out = {}
+        for c in sorted(self._sums):
+            fit = self._fit(c)
+            if fit is not None:
+                out[c] = {"a_ms": fit.a_ms, "ms_per_mb": fit.b_ms_per_mb,
+                          "rows": float(fit.rows)}
+        return out

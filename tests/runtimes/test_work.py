@@ -240,8 +240,12 @@ def test_perform_batch_gives_each_workload_its_outcome_and_metric(
         out = decode_tensor(o["output"], 100)
         assert within_tolerance(out, reference(spec, inputs), precision)[0]
         assert o["status"] == "ok" and o["checksum"] == checksum(out)
-        if precision == "fp32":  # the same fp32 kernel on the same values: the same bits
-            assert o["checksum"] == alone.outcome["checksum"]
+        if precision == "fp32":
+            # The batched call is another kernel (a batched matmul): on some CPUs it sums the
+            # products in another order than the single call, so the bits may differ in the
+            # last place (a CI machine's torch did), never by more than fp32 rounding.
+            single = decode_tensor(alone.outcome["output"], 100)
+            np.testing.assert_allclose(out, single, rtol=1e-6, atol=1e-6)
         assert o["batch_size"] == m["batch_size"] == 5 and alone.metric["batch_size"] == 1
         assert o["latency_ms"] == m["batch_exec_ms"] > 0 and alone.metric["batch_exec_ms"] is None
         assert m["exec_ms"] == pytest.approx(m["batch_exec_ms"] / 5)

@@ -303,6 +303,7 @@ async def decide(stream: Any) -> None:
             return
         began = time.thread_time()
         events = await guard.fill(batch)
+        observability.count_batch("decide", len(events))
         await decide_batch(events)
         guard.record(events)
         observability.inc(observability.STAGE_CPU, time.thread_time() - began, stage="decide")

@@ -280,10 +280,13 @@ def install_seek_before_resume() -> None:
     Recovery._switchyard_seek_first = True  # type: ignore[attr-defined]
 
 
-# How many times a batch that has its first event lets the event loop run to gather what was
-# already fetched behind it (each pass moves queued records into the buffer); it stops early
-# as soon as a pass adds nothing.
-DRAIN_PASSES = 64
+# A batch that has its first event lets the event loop run, pass after pass, so that what was
+# already fetched behind it joins (Faust's fetcher hands the stream one record per await, so
+# a pass adds about one event), until it is full or IDLE_PASSES passes in a row added
+# nothing. Stopping at the first empty pass (and after at most 64 passes) left the stage in
+# one of two steady states on the same burst: batches of ~3 workloads at ~510 workloads/s, or
+# of ~50 at ~740/s, depending on how the first ones happened to go (BENCHMARKS.md, pipeline).
+IDLE_PASSES = 4
 
 
 async def take_batches(stream: Any, max_events: int, linger_s: float = 0.0,
@@ -293,9 +296,10 @@ async def take_batches(stream: Any, max_events: int, linger_s: float = 0.0,
     Faust's ``Stream.take_events(max_, within)`` hands a batch over only when it is full or
     when its ``within`` timer fires, so at low load every event waits for the timer (5 ms in
     decide and again in complete: half the round trip's fixed cost at 25 workloads/s), and an
-    idle stage wakes every ``within``. Here the first event wakes the stage, the loop runs a
-    few passes so that records already fetched behind it join the batch (under load batches
-    are as large as what is queued), and then the batch goes; ``linger_s`` > 0 additionally
+    idle stage wakes every ``within``. Here the first event wakes the stage, the loop runs
+    passes so that records already fetched behind it join the batch (under load batches are
+    as large as what is queued, up to ``max_events``; idle, the batch goes after IDLE_PASSES
+    empty passes, microseconds), and then the batch goes; ``linger_s`` > 0 additionally
     waits that long for a batch to fill. Nothing else differs from ``take_events``, on
     purpose (an earlier helper that kept draining while the agent worked, and acked after the
     ``yield`` rather than in ``finally``, stalled a rebalance test in CI):
@@ -344,13 +348,11 @@ async def take_batches(stream: Any, max_events: int, linger_s: float = 0.0,
             await stream.wait_for_stopped(arrived)
             if linger_s > 0 and not full.is_set():
                 await stream.wait_for_stopped(full, timeout=linger_s)
-            for _ in range(DRAIN_PASSES):
-                if full.is_set():
-                    break
+            idle = 0
+            while idle < IDLE_PASSES and not full.is_set():
                 before = len(events)
                 await asyncio.sleep(0)
-                if len(events) == before:
-                    break
+                idle = idle + 1 if len(events) == before else 0
             if not events:
                 continue
             working: asyncio.Future[None] = loop.create_future()

@@ -39,6 +39,10 @@ HELP: dict[str, str] = {
     "switchyard_stage_cpu_seconds_total": (
         "CPU time of the decide and complete stages' batches (with what the event loop ran "
         "while a batch awaited the producer), by stage."),
+    "switchyard_stage_batches_total": (
+        "Batches the decide and complete stages took from their streams, by stage."),
+    "switchyard_stage_records_total": (
+        "Records in those batches, by stage (÷ batches: the mean batch size)."),
     "switchyard_skipped_records_recovered_total": (
         "Input records the consumer skipped that a stage read back and processed, by stage."),
     "switchyard_model_error_ratio": "Median absolute relative error of a class's cost model "
@@ -55,6 +59,12 @@ HELP: dict[str, str] = {
 
 
 STAGE_CPU = "switchyard_stage_cpu_seconds_total"
+
+
+def count_batch(stage: str, records: int) -> None:
+    """A stage took a batch of ``records`` records from its stream."""
+    inc("switchyard_stage_batches_total", stage=stage)
+    inc("switchyard_stage_records_total", records, stage=stage)
 
 
 def _key(name: str, labels: Mapping[str, str] | None) -> tuple[str, Labels]:

@@ -223,6 +223,36 @@ async def test_take_batches_hands_over_at_once_in_order_up_to_the_limit() -> Non
     assert acked == list(range(8))  # each once, in order, after its batch
 
 
+async def test_take_batches_gathers_events_that_arrive_a_turn_or_two_apart() -> None:
+    """Faust's fetcher hands a stream about one record per turn of the event loop: a backlog
+    delivered that way joins one batch (up to the limit) rather than going a few events at a
+    time, which had left a backlogged decide stage in a steady state of tiny batches."""
+    import asyncio
+
+    import faust
+
+    test_app = faust.App("switchyard-test-take-batches-trickle", store="memory://")
+    got: list[list[int]] = []
+
+    @test_app.agent()
+    async def collect(stream: Any) -> Any:
+        async for batch in faust_patches.take_batches(stream, 100):
+            got.append([event.value for event in batch])
+            yield len(batch)
+
+    async with collect.test_context() as agent:
+        for i in range(40):
+            await agent.put(i, wait=False)
+            for _ in range(2):  # the next record comes a couple of turns later
+                await asyncio.sleep(0)
+        for _ in range(100):
+            if sum(map(len, got)) == 40:
+                break
+            await asyncio.sleep(0.02)
+    assert [v for batch in got for v in batch] == list(range(40))
+    assert len(got) <= 3, [len(batch) for batch in got]
+
+
 async def test_take_batches_lingers_for_a_fuller_batch_when_asked() -> None:
     import asyncio
 

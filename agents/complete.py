@@ -1,5 +1,8 @@
 """complete: executors' outcomes → exactly one result per workload on switchyard.results.
 
+An outcomes record is one outcome or a batch of them (docs/contract.md); a malformed outcome
+of a batch is dead-lettered alone (its own bytes), the others complete.
+
 The completion table's changelog is the results topic, so writing ``completed[id]`` is the
 publication itself; a later outcome for the same id (a redelivered route, a re-routed
 workload whose first device was only slow) is a duplicate and is dropped.
@@ -11,12 +14,14 @@ import logging
 import time
 from typing import Any
 
+import orjson
+
 from agents import state
 from app import observability
 from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
-from app.records import ResultRecord, wire_fields
+from app.records import OUTCOME_BATCH_VERSION, ResultRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import completed, input_offsets
 from models.backlog import InflightEntry, charge_of
@@ -29,7 +34,37 @@ REQUIRED, OPTIONAL = wire_fields(ResultRecord)
 
 def parse_outcome(raw: bytes) -> ResultRecord:
     """Decode an executor's outcome; ValueError with the reason when it is malformed."""
+    return check_outcome(decode_object(raw, "outcome"))
+
+
+def parse_outcomes(raw: bytes) -> tuple[list[ResultRecord], list[tuple[str, bytes]]]:
+    """The outcomes an outcomes record carries (one, or a version-2 batch) and the refused
+    ones of a batch, each with the reason and its own bytes. ValueError with the reason when
+    the record as a whole is malformed."""
     data = decode_object(raw, "outcome")
+    if "version" not in data:
+        return [check_outcome(data)], []
+    if data.get("version") != OUTCOME_BATCH_VERSION or set(data) != {"version", "outcomes"}:
+        raise ValueError(f'an outcome batch is {{"version": {OUTCOME_BATCH_VERSION}, '
+                         '"outcomes": [...]} and nothing else')
+    items = data["outcomes"]
+    if not isinstance(items, list) or not items:
+        raise ValueError("outcome batch outcomes must be a non-empty list")
+    good: list[ResultRecord] = []
+    refused: list[tuple[str, bytes]] = []
+    for i, item in enumerate(items):
+        try:
+            if not isinstance(item, dict):
+                raise ValueError("outcome is not a JSON object")
+            good.append(check_outcome(item))
+        except ValueError as exc:
+            refused.append((f"outcome {i + 1} of {len(items)} in a batch: {exc}",
+                            orjson.dumps(item)))
+    return good, refused
+
+
+def check_outcome(data: dict[str, Any]) -> ResultRecord:
+    """An outcome's record from its decoded fields; ValueError with the reason."""
     check_fields(data, "outcome", REQUIRED, OPTIONAL)
     if data["status"] not in ("ok", "error"):
         raise ValueError(f"outcome status {data['status']!r} is not ok|error")
@@ -47,6 +82,7 @@ async def complete(stream: Any) -> None:
                                settings.complete_batch_within_s):
         began = time.thread_time()
         events = await guard.fill(batch)
+        observability.count_batch("complete", len(events))
         for event in events:
             with event_context(event):
                 await complete_one(event)
@@ -55,12 +91,20 @@ async def complete(stream: Any) -> None:
 
 
 async def complete_one(event: Any) -> None:
-    """Turn one outcome into the workload's result, unless it already has one."""
+    """Turn the outcomes of one record into their workloads' results."""
     try:
-        outcome = parse_outcome(event.value)
+        outcomes, refused = parse_outcomes(event.value)
     except ValueError as exc:
         await dead_letter("complete", event, str(exc))
         return
+    for reason, raw in refused:
+        await dead_letter("complete", event, reason, raw)
+    for outcome in outcomes:
+        complete_outcome(outcome)
+
+
+def complete_outcome(outcome: ResultRecord) -> None:
+    """Turn one outcome into the workload's result, unless it already has one."""
     if outcome.id.encode() in completed:
         observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
         # the result was published but a crash may have lost the in-flight clean-up: do it now

@@ -6,8 +6,10 @@ deduplicates outcomes by workload id). Compute runs in one worker thread, never 
 loop, so consumer heartbeats keep flowing while a long op runs.
 
 Routes are fetched in batches of up to ``executor_fetch_records`` and run one after another;
-each one's outcome is handed to the producer without waiting, so the next op starts while it
-travels. With dynamic batching (``executor_batching``, on by default) the fetched routes of one
+outcomes are published without waiting for their acks, so the next op starts while they
+travel: the outcomes of one workload partition finished back to back go as one record (the
+outcomes topic's batch form), published when the routes in hand are all run, when the first is
+``executor_outcome_linger_ms`` old, or at ``executor_outcome_batch_rows``. With dynamic batching (``executor_batching``, on by default) the fetched routes of one
 op spec and variant that the runtime batches run as one batched call of up to
 ``executor_max_batch`` (runtimes/work.py), each still with its own outcome and metric; the
 executor waits ``executor_batch_wait_ms`` (0 by default) for more routes before running what it
@@ -45,6 +47,7 @@ from app.records import (
     MetricRecord,
     ResultRecord,
     metric_columns_bytes,
+    outcome_batch_bytes,
 )
 from app.settings import Settings
 from models.ops import SpecError
@@ -125,6 +128,13 @@ class Executor:
         self._metric_rows: list[bytes] = []
         self._metric_bytes = 0
         self._metric_since = 0.0
+        # Encoded outcomes not yet published, per outcomes partition (their workloads'), with
+        # their ids; the timer that publishes them once the first is old enough; the tasks
+        # publishing what that timer sent (awaited before the next commit).
+        self._outcomes: dict[int, list[tuple[str, bytes]]] = {}
+        self._outcome_partitions = 0
+        self._outcome_timer: asyncio.TimerHandle | None = None
+        self._sending: list[asyncio.Task[None]] = []
 
     # --- Kafka plumbing -------------------------------------------------------------------
     def _client_kwargs(self) -> dict[str, Any]:
@@ -311,7 +321,9 @@ class Executor:
                                 offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` once every record published for them (the metrics gathered
         for them included) is acknowledged."""
-        published = published + await self._flush_metrics(producer)
+        published = (published + self._flush_outcomes(producer) + self._sending
+                     + await self._flush_metrics(producer))
+        self._sending = []
         if published:
             await asyncio.gather(*published)
         for tp, offset in offsets.items():
@@ -359,15 +371,14 @@ class Executor:
 
     async def _publish(self, producer: RenewingProducer, result: WorkResult,
                        outcome: bool = True) -> list[asyncio.Task[None]]:
-        """Hand a result's outcome (unless ``outcome`` is False) to the producer and gather
-        its metric (published with the others when the batch is due); the tasks await their
-        acks."""
+        """Gather a result's outcome (unless ``outcome`` is False) and its metric, each
+        published with the others of its kind when their batch is due; the tasks of what is
+        published now await their acks."""
         row = MetricRecord.from_data(result.metric).dumps()
         tasks = []
         if outcome:
             record = ResultRecord.from_data(result.outcome)
-            tasks.append(asyncio.create_task(self._send(producer, topics.OUTCOMES, record.id,
-                                                        record.dumps())))
+            tasks += await self._gather_outcome(producer, record.id, record.dumps())
         if self._metric_bytes + len(row) > METRIC_BATCH_MAX_BYTES:
             tasks += await self._flush_metrics(producer)
         loop_time = asyncio.get_running_loop().time()
@@ -378,6 +389,44 @@ class Executor:
         if (len(self._metric_rows) >= self.settings.executor_metric_batch_rows
                 or (loop_time - self._metric_since) * 1000 >= self.settings.executor_metric_linger_ms):
             tasks += await self._flush_metrics(producer)
+        return tasks
+
+    async def _gather_outcome(self, producer: RenewingProducer, workload_id: str,
+                              value: bytes) -> list[asyncio.Task[None]]:
+        """Hold an outcome for its partition's next batch: published at once when the batch is
+        full, else by the linger timer, or before the next commit (the end of the routes in
+        hand), whichever comes first."""
+        if not self._outcome_partitions:
+            self._outcome_partitions = len(await producer.partitions_for(topics.OUTCOMES))
+        partition = topics.key_partition(workload_id, self._outcome_partitions)
+        held = self._outcomes.setdefault(partition, [])
+        held.append((workload_id, value))
+        if len(held) >= self.settings.executor_outcome_batch_rows:
+            return self._flush_outcomes(producer, partition)
+        if self._outcome_timer is None:
+            self._outcome_timer = asyncio.get_running_loop().call_later(
+                self.settings.executor_outcome_linger_ms / 1000.0, self._outcomes_due, producer)
+        return []
+
+    def _outcomes_due(self, producer: RenewingProducer) -> None:
+        """The linger timer: publish every held outcome (an op is still running)."""
+        self._outcome_timer = None
+        self._sending += self._flush_outcomes(producer)
+
+    def _flush_outcomes(self, producer: RenewingProducer,
+                        only: int | None = None) -> list[asyncio.Task[None]]:
+        """Publish the held outcomes (of partition ``only``, or all) as one record per
+        partition, keyed by its first workload id."""
+        tasks = []
+        for partition in [only] if only is not None else list(self._outcomes):
+            held = self._outcomes.pop(partition, [])
+            if held:
+                value = outcome_batch_bytes([v for _, v in held])
+                tasks.append(asyncio.create_task(self._send(
+                    producer, topics.OUTCOMES, held[0][0], value, partition)))
+        if not self._outcomes and self._outcome_timer is not None:
+            self._outcome_timer.cancel()
+            self._outcome_timer = None
         return tasks
 
     async def _flush_metrics(self, producer: RenewingProducer) -> list[asyncio.Task[None]]:

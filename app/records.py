@@ -320,6 +320,30 @@ class ResultRecord(_Wire):
     energy_simulated: bool = False
 
 
+# The outcomes topic's batch form: an executor publishes the outcomes it finished within a few
+# milliseconds (``executor_outcome_linger_ms``, up to ``executor_outcome_batch_rows``) as one
+# record per outcomes partition, ``{"version": 2, "outcomes": [outcome, ...]}``, every outcome
+# of it on the partition of its workload id (``topics.key_partition``), keyed by the first
+# one's id. A record without a ``version`` is one outcome (what a lone one is published as).
+OUTCOME_BATCH_VERSION = 2
+
+
+def outcome_batch_bytes(outcomes: list[bytes]) -> bytes:
+    """The wire value of already-encoded outcomes of one partition (one: the outcome itself)."""
+    if len(outcomes) == 1:
+        return outcomes[0]
+    return b'{"version":%d,"outcomes":[%s]}' % (OUTCOME_BATCH_VERSION, b",".join(outcomes))
+
+
+def outcome_rows(value: Any) -> list[Any]:
+    """The outcomes a decoded outcomes value carries, one per workload, as a reader of the topic
+    sees them (a value that is not a batch: itself)."""
+    if (isinstance(value, dict) and value.get("version") == OUTCOME_BATCH_VERSION
+            and isinstance(value.get("outcomes"), list)):
+        return list(value["outcomes"])
+    return [value]
+
+
 class DeadLetterRecord(_Wire):
     """A rejected message on ``switchyard.deadletter``, with everything needed to replay it."""
 

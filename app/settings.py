@@ -127,6 +127,13 @@ class Settings(BaseSettings):
     # worker's per-event cost the metric path's (BENCHMARKS.md, pipeline). 1: one row a record.
     executor_metric_batch_rows: int = Field(default=128, ge=1)
     executor_metric_linger_ms: float = Field(default=20.0, ge=0)
+    # Outcomes too travel in batches (the outcomes topic's batch form, docs/contract.md): the
+    # outcomes of one workload partition finished back to back go as one record of up to this
+    # many, published when the routes in hand are all run, when the first of them is
+    # executor_outcome_linger_ms old (an op still running), or at the row limit. An executor
+    # with nothing else in hand publishes an outcome at once. 1: one outcome a record.
+    executor_outcome_batch_rows: int = Field(default=64, ge=1)
+    executor_outcome_linger_ms: float = Field(default=2.0, ge=0)
     # Dynamic batching: among the fetched routes not yet run, those of one op spec (shapes and
     # dtype included) and variant run as one batched call (runtimes/work.py) of at most
     # executor_max_batch workloads, where the runtime batches them (Runtime.batchable).

@@ -12,6 +12,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from aiokafka.partitioner import murmur2
+
 # An optional namespace put before every name (empty by default, so the names are exactly the
 # contract's). It lets several independent deployments — or test sessions — share one cluster.
 NAMESPACE = os.environ.get("SWITCHYARD_TOPIC_NAMESPACE", "")
@@ -82,6 +84,13 @@ def route_topic(device_class: str) -> str:
     if not is_device_class(device_class):
         raise ValueError(f"device class {device_class!r} is not topic-safe")
     return ROUTES_PREFIX + device_class
+
+
+def key_partition(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a record keyed ``key`` (murmur2, as the
+    Java client and aiokafka compute it): where a workload, its outcome and its result go. An
+    executor batching outcomes (docs/contract.md) puts each on its workload's partition."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
 def class_partition(device_class: str, partitions: int) -> int:

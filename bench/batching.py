@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.local import LocalCluster
+from app.records import outcome_rows
 from bench.common import (
     fmt,
     machine,
@@ -101,10 +102,12 @@ async def send_and_collect(namespace: str, routes: list[dict[str, Any]],
                 now = time.time_ns() / 1e6
                 for records in fetched.values():
                     for record in records:
-                        key = record.key.decode() if record.key else ""
-                        if key in wanted and key not in received:
-                            received[key] = now
-                            outcomes[key] = json.loads(record.value or b"{}")
+                        # An outcomes batch carries several workloads' (app.records).
+                        for outcome in outcome_rows(json.loads(record.value or b"{}")):
+                            key = str(outcome.get("id", ""))
+                            if key in wanted and key not in received:
+                                received[key] = now
+                                outcomes[key] = outcome
 
         collector = asyncio.create_task(collect())
         try:

@@ -3,7 +3,8 @@
 A fresh worker (pinned to one CPU where the machine has two) is handed a burst of workloads
 produced faster than it takes them, so it always has work waiting. Its executors are
 *instant*: a loop in this process answers each route with an outcome and a metric row
-(columnar version-3 records of up to 64 rows, as executors publish) and executes nothing, so
+(outcome batches of up to 64 per workload partition and columnar version-3 metric records of
+up to 64 rows, as executors publish) and executes nothing, so
 the executions are SIMULATED and every CPU cycle the worker spends is the control plane's. The
 instant devices' heartbeats (queue depth 0, their share of the route partitions) come from
 this process too.
@@ -32,9 +33,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.local import LocalCluster
-from app.records import HeartbeatRecord, metric_columns_bytes
+from app.records import HeartbeatRecord, metric_columns_bytes, outcome_batch_bytes
 from app.settings import Settings
-from app.topics import class_partition
+from app.topics import class_partition, key_partition
 from bench.harness import BROKER, topic
 from models.ops import parse_op
 from models.traces import synthetic_trace
@@ -73,6 +74,29 @@ def stage_seconds(exposition: str) -> dict[str, float]:
     return out
 
 
+def stage_counts(exposition: str) -> dict[str, float]:
+    """Batches and records per stage (``decide batches``, ``decide records``, …) from
+    /metrics."""
+    out: dict[str, float] = {}
+    for line in exposition.splitlines():
+        for kind in ("batches", "records"):
+            if line.startswith(f"switchyard_stage_{kind}_total{{"):
+                name = line.split('stage="', 1)[1].split('"', 1)[0]
+                out[f"{name} {kind}"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def mean_batches(before: str, after: str) -> dict[str, float | None]:
+    """Each stage's mean batch size between two /metrics expositions."""
+    first, last = stage_counts(before), stage_counts(after)
+    out: dict[str, float | None] = {}
+    for stage in ("decide", "complete"):
+        batches = last.get(f"{stage} batches", 0.0) - first.get(f"{stage} batches", 0.0)
+        records = last.get(f"{stage} records", 0.0) - first.get(f"{stage} records", 0.0)
+        out[stage] = records / batches if batches else None
+    return out
+
+
 @lru_cache(maxsize=4096)
 def _op_cost(op_json: str, precision: str) -> tuple[float, float]:
     spec = parse_op(json.loads(op_json))
@@ -92,7 +116,13 @@ class InstantFleet:
                              for p in d["route_partitions"]}
         self.classes = sorted({d["device_class"] for d in devices})
         self.rows: dict[str, list[bytes]] = defaultdict(list)
-        self.metric_partitions = Settings().metric_partitions
+        settings = Settings()
+        self.metric_partitions = settings.metric_partitions
+        # Outcomes per outcomes partition, published as executors do (app/executor.py): a
+        # partition's batch when full, every batch when the fetched routes are answered.
+        self.outcomes: dict[int, list[tuple[str, bytes]]] = defaultdict(list)
+        self.outcome_partitions = settings.workload_partitions
+        self.outcome_rows = settings.executor_outcome_batch_rows
         self.answered = 0
         self.started_ms = int(time.time() * 1000)
 
@@ -164,8 +194,10 @@ class InstantFleet:
                    "latency_ms": exec_ms, "queue_ms": 0.0, "attempt": route.get("attempt", 1),
                    "simulated": True, "decided_at_ms": route.get("decided_at_ms"),
                    "finished_at_ms": now, "submitted_at_ms": workload.get("submitted_at_ms")}
-        await producer.send(topic(self.namespace, "outcomes"), orjson.dumps(outcome),
-                            key=route["id"].encode())
+        partition = key_partition(route["id"], self.outcome_partitions)
+        self.outcomes[partition].append((route["id"], orjson.dumps(outcome)))
+        if len(self.outcomes[partition]) >= self.outcome_rows:
+            await self.send_outcomes(producer, partition)
         flops, moved = _op_cost(json.dumps(workload["op"], sort_keys=True),
                                 route["variant"].get("precision", "fp32"))
         row = {"workload_id": route["id"], "device_id": device["device_id"],
@@ -179,7 +211,17 @@ class InstantFleet:
         if len(self.rows[device_class]) >= METRIC_ROWS:
             await self.flush(producer, device_class)
 
+    async def send_outcomes(self, producer: AIOKafkaProducer, partition: int) -> None:
+        held = self.outcomes.pop(partition, [])
+        if held:
+            await producer.send(topic(self.namespace, "outcomes"),
+                                outcome_batch_bytes([v for _, v in held]),
+                                key=held[0][0].encode(), partition=partition)
+
     async def flush(self, producer: AIOKafkaProducer, only: str | None = None) -> None:
+        if only is None:
+            for partition in list(self.outcomes):
+                await self.send_outcomes(producer, partition)
         for device_class in [only] if only else list(self.rows):
             rows = self.rows.pop(device_class, [])
             if rows:
@@ -315,14 +357,16 @@ async def _measure(local: LocalCluster, worker: Any, fleet: InstantFleet, count:
                                    synthetic_trace(300, seed=1, id_prefix="warm-"), 120), tasks)
         pid = {"worker": [worker.popen.pid]}
         cpu_before = cpu_seconds(pid)["worker"]
-        stages_before = stage_seconds(await asyncio.to_thread(local.api_text, "/metrics"))
+        exposition_before = await asyncio.to_thread(local.api_text, "/metrics")
+        stages_before = stage_seconds(exposition_before)
         run = await guarded(burst(local.namespace,
                                   synthetic_trace(count, seed=7, id_prefix="hot-"),
                                   max(120.0, count / 50.0)), tasks)
         # The metric stage trails the results by its batch window: let it finish.
         await asyncio.sleep(2.0)
         cpu_s = cpu_seconds(pid)["worker"] - cpu_before
-        stages_after = stage_seconds(await asyncio.to_thread(local.api_text, "/metrics"))
+        exposition_after = await asyncio.to_thread(local.api_text, "/metrics")
+        stages_after = stage_seconds(exposition_after)
     stages = {name: 1e6 * (seconds - stages_before.get(name, 0.0)) / count
               for name, seconds in stages_after.items()}
     times = run["times"]
@@ -336,7 +380,8 @@ async def _measure(local: LocalCluster, worker: Any, fleet: InstantFleet, count:
             "rate_per_s": rate_between(times, count),
             "all_done_s": times[-1] if times else None,
             "worker_cpu_us_per_workload": 1e6 * cpu_s / count,
-            "stage_cpu_us_per_workload": stages}
+            "stage_cpu_us_per_workload": stages,
+            "mean_batch": mean_batches(exposition_before, exposition_after)}
 
 
 STAGE_ORDER = ("decide", "complete", "metric parse", "metric window", "metric learn",
@@ -357,8 +402,10 @@ def report_capacity(c: dict[str, Any]) -> str:
         f"**Worker capacity.** One worker, a burst of {c['workloads']} workloads (produced at "
         f"{fmt(c.get('produced_per_s'), '.0f')}/s, faster than the worker takes them) with "
         f"instant executors ({', '.join(c['fleet'])}: SIMULATED, nothing executes; a loop in "
-        "the benchmark answers each route with an outcome and a metric row, columnar records "
-        f"of up to {METRIC_ROWS} rows) after a warm-up of {c['warmup_results']}. Rate: the "
+        "the benchmark answers each route with an outcome and a metric row, as executors "
+        "publish them: outcome batches of up to "
+        f"{Settings().executor_outcome_batch_rows} per workload partition, columnar metric "
+        f"records of up to {METRIC_ROWS} rows) after a warm-up of {c['warmup_results']}. Rate: the "
         "burst's workloads over the time from its first workload produced to its last result, "
         "and between 10 % and 90 % of the results (the steady middle). Worker CPU µs per "
         "workload: the whole process "

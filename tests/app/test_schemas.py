@@ -39,10 +39,11 @@ def schema(topic: str) -> dict[str, Any]:
 
 
 def record_schema(topic: str) -> dict[str, Any]:
-    """The schema of one record of ``topic`` (the metrics topic's one execution, of its two
-    forms)."""
+    """The schema of one record of ``topic`` (the metrics topic's one execution, the outcomes
+    topic's one outcome: not their batch forms)."""
     document = schema(topic)
-    return document["$defs"]["metric"] if topic == "metrics" else document
+    one = {"metrics": "metric", "outcomes": "outcome"}.get(topic)
+    return document["$defs"][one] if one else document
 
 
 def validator(topic: str) -> jsonschema.Draft202012Validator:
@@ -339,3 +340,36 @@ def test_offload_fields_validate_and_bad_ones_are_refused() -> None:
         assert not valid("heartbeats", {**beat, **change}), change
         with pytest.raises(ValueError, match=reason):
             parse_heartbeat(json.dumps({**beat, **change}).encode())
+
+
+def test_an_outcome_batch_is_parsed_outcome_by_outcome_and_a_bad_one_is_refused_alone() -> None:
+    """The outcomes topic's batch form (app.records.outcome_batch_bytes) validates against the
+    schema and reads as its outcomes; a refused outcome names its place and keeps its own
+    bytes, the others complete; a batch of the wrong structure is refused whole."""
+    from agents.complete import parse_outcomes
+    from app.records import outcome_batch_bytes
+
+    ones = [result_record(id=f"w{i}") for i in range(3)]
+    lone = outcome_batch_bytes([json.dumps(ones[0]).encode()])
+    assert json.loads(lone) == ones[0]  # a lone outcome is published in the one-outcome form
+    value = outcome_batch_bytes([json.dumps(o).encode() for o in ones])
+    batch = json.loads(value)
+    assert batch == {"version": 2, "outcomes": ones} and valid("outcomes", batch)
+    good, refused = parse_outcomes(value)
+    assert [o.id for o in good] == ["w0", "w1", "w2"] and refused == []
+    assert [o.id for o in parse_outcomes(lone)[0]] == ["w0"]
+
+    bad = {**ones[1], "latency_ms": "slow"}
+    mixed = {"version": 2, "outcomes": [ones[0], bad, 7, ones[2]]}
+    assert not valid("outcomes", mixed)
+    good, refused = parse_outcomes(json.dumps(mixed).encode())
+    assert [o.id for o in good] == ["w0", "w2"]
+    assert [reason.split(":")[0] for reason, _ in refused] == [
+        "outcome 2 of 4 in a batch", "outcome 3 of 4 in a batch"]
+    assert "latency_ms must be a number" in refused[0][0]
+    assert json.loads(refused[0][1]) == bad and refused[1][1] == b"7"
+    for whole in ({"version": 3, "outcomes": ones}, {"version": 2, "outcomes": []},
+                  {"version": 2, "outcomes": ones, "extra": 1}, {"version": 2}):
+        assert not valid("outcomes", whole)
+        with pytest.raises(ValueError, match="outcome batch"):
+            parse_outcomes(json.dumps(whole).encode())

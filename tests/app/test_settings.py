@@ -123,3 +123,17 @@ def test_an_executors_link_price_and_power_model_are_checked() -> None:
     env = Settings(executor_link_rtt_ms=5.0, executor_link_bandwidth_mbit_s=50.0,
                    executor_price_per_hour=2.5)
     assert remote_options(env, None, None, None, None)[:2] == (Link(5.0, 50.0), 2.5)
+
+
+def test_key_partition_is_kafkas_default_partitioner() -> None:
+    """An executor places a batch of outcomes on its workloads' partition by computing it
+    (app.topics.key_partition): it must be where Kafka's default partitioner puts the key."""
+    from aiokafka.partitioner import DefaultPartitioner
+
+    from app.topics import key_partition
+
+    for count in (1, 4, 7):
+        for i in range(200):
+            key = f"wl-{i}-{'x' * (i % 5)}"
+            assert key_partition(key, count) == DefaultPartitioner()(
+                key.encode(), list(range(count)), list(range(count)))

@@ -12,7 +12,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.records import metric_rows
+from app.records import metric_rows, outcome_rows
 
 
 async def create_topics(broker: str, names: Iterable[str], partitions: int = 1) -> None:
@@ -48,12 +48,14 @@ async def consume_until(broker: str, topic: str, done: Callable[[list[dict[str, 
                         abort: Callable[[], str | None] | None = None) -> list[dict[str, Any]]:
     """Read ``topic`` from the beginning until ``done(messages)`` or the timeout.
 
-    Each message is ``{"key", "value", "partition", "offset"}``; JSON values are decoded, and
+    Each message is ``{"key", "value", "partition", "offset", "timestamp_ms"}``; JSON values are decoded, and
     a metrics topic's batch record (app.records.metric_rows) comes back as one message per
-    execution, as a downstream reader sees them. ``abort()`` returning a reason (e.g. a
+    execution, an outcomes batch (app.records.outcome_rows) as one per outcome keyed by its
+    workload id, as a downstream reader sees them. ``abort()`` returning a reason (e.g. a
     process under test died) ends the wait with an error.
     """
     expand = decode and topic.endswith("switchyard.metrics")
+    outcomes = decode and topic.endswith("switchyard.outcomes")
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest",
                                 enable_auto_commit=False, group_id=None)
     await consumer.start()
@@ -71,9 +73,12 @@ async def consume_until(broker: str, topic: str, done: Callable[[list[dict[str, 
                         with contextlib.suppress(ValueError):
                             value = json.loads(value)
                     values = (metric_rows(value) if expand and isinstance(value, dict)
-                              else [value])
-                    messages.extend({"key": r.key.decode() if r.key else None, "value": v,
-                                     "partition": r.partition, "offset": r.offset}
+                              else outcome_rows(value) if outcomes else [value])
+                    key = r.key.decode() if r.key else None
+                    batched = outcomes and len(values) > 1
+                    messages.extend({"key": v["id"] if batched else key, "value": v,
+                                     "partition": r.partition, "offset": r.offset,
+                                     "timestamp_ms": r.timestamp}
                                     for v in values)
     finally:
         await consumer.stop()

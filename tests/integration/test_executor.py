@@ -305,6 +305,10 @@ async def test_sigterm_finishes_the_op_in_hand(broker: str, unique: str, tmp_pat
         )
         by_id = {m["key"]: m["value"] for m in outcomes}
         assert by_id["slow"]["status"] == "ok" and by_id["slow"]["simulated"]
+        # The fast op's outcome did not wait for the slow op behind it: the linger timer
+        # published it while the slow one ran (~3 s), not with it at the end of the batch.
+        published = {m["key"]: m["timestamp_ms"] for m in outcomes}
+        assert published["fast"] < by_id["slow"]["finished_at_ms"] - 1000
         assert by_id["slow"]["latency_ms"] > 2000  # the drift factor 4 really applied
         assert by_id["slow"]["checksum"] is None
         # A sim device's energy is modelled from its published power, and says so.

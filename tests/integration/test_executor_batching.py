@@ -5,6 +5,7 @@ the checksum its own unbatched call gives."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from app.records import outcome_rows
+from app.settings import Settings
+from app.topics import key_partition
 from models.ops import Variant, make_inputs, parse_op
 from models.tensors import checksum
 from runtimes import get_runtime
@@ -85,6 +89,22 @@ async def test_a_burst_runs_batched_with_one_result_each(
             abort=died)
     assert sorted(m["key"] for m in outcomes) == sorted(ids)  # exactly once each
     assert sorted(m["value"]["workload_id"] for m in metrics) == sorted(ids)
+    # The outcomes travelled in batches (the outcomes topic's batch form), each outcome on its
+    # workload id's partition (where the worker completes that workload), the record keyed by
+    # its first outcome's id.
+    raw = await consume_until(broker, f"{ns}switchyard.outcomes",
+                              lambda m: len(m) >= 1, timeout_s=10, decode=False)
+    partitions = Settings().workload_partitions  # as the executor created the topic
+    carried = []
+    for record in raw:
+        value = json.loads(record["value"])
+        batch = outcome_rows(value)
+        assert len(batch) == 1 or value["version"] == 2
+        assert record["key"] == batch[0]["id"]
+        for outcome in batch:
+            assert key_partition(outcome["id"], partitions) == record["partition"]
+        carried.append(len(batch))
+    assert sum(carried) == BURST and max(carried) > 1 and len(raw) < BURST
     rows = {m["value"]["workload_id"]: m["value"] for m in metrics}
     sizes = [row["batch_size"] for row in rows.values()]
     assert max(sizes) > 1 and max(sizes) <= 16

@@ -29,7 +29,7 @@ from aiokafka.errors import KafkaError
 
 from app.local import LocalCluster, Proc
 from models.traces import synthetic_trace
-from tests.reliability.watch import Load, TopicWatcher
+from tests.reliability.watch import Load, TopicWatcher, per_outcome
 
 FIGURES_ENV = "SWITCHYARD_RELIABILITY_FIGURES"
 # Three missed 1 s heartbeats: short enough for a bounded test, long enough not to flap on a
@@ -147,7 +147,7 @@ class Ledger:
 
 async def _read_to_end(broker: str, topic: str) -> list[tuple[str | None, bytes | None]]:
     """Every record of ``topic`` from its beginning to its end offsets *now*, with a fresh
-    consumer (no group), as (key, value)."""
+    consumer (no group), as (key, value); an outcomes batch as one pair per outcome."""
     consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None,
                                 auto_offset_reset="earliest", enable_auto_commit=False,
                                 max_partition_fetch_bytes=16 << 20)
@@ -166,9 +166,10 @@ async def _read_to_end(broker: str, topic: str) -> list[tuple[str | None, bytes 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic} to its end offsets took over 120 s")
             for records in (await consumer.getmany(timeout_ms=500)).values():
-                out += [(r.key.decode("utf-8", "replace") if r.key is not None else None,
-                         r.value) for r in records if r.offset < ends[TopicPartition(
-                             r.topic, r.partition)]]
+                out += [pair for r in records
+                        if r.offset < ends[TopicPartition(r.topic, r.partition)]
+                        for pair in per_outcome(r.topic, r.key.decode("utf-8", "replace")
+                                                if r.key is not None else None, r.value)]
         return out
     finally:
         await consumer.stop()

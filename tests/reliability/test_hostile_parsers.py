@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from agents.complete import parse_outcome
+from agents.complete import parse_outcomes
 from agents.learn import metric_row, parse_metric
 from agents.registry import parse_heartbeat
 from models.ops import SpecError
@@ -31,7 +31,9 @@ def refusal(message: Hostile) -> str | None:
         elif message.topic == "heartbeats":
             parse_heartbeat(message.value)
         else:
-            parse_outcome(message.value)
+            good, refused = parse_outcomes(message.value)
+            if not good:  # a batch whose every outcome was refused
+                return refused[0][0]
     except (SpecError, ValueError) as exc:
         return str(exc) or type(exc).__name__
     return None

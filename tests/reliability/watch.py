@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 
 from app.admin import ensure_topics
 from app.producing import RenewingProducer
+from app.records import outcome_rows
 from app.settings import Settings
 
 
@@ -138,6 +139,23 @@ class Record:
             return None
 
 
+def per_outcome(topic: str, key: str | None,
+                value: bytes | None) -> list[tuple[str | None, bytes | None]]:
+    """A record as (key, value) pairs, one per workload: an outcomes batch (the outcomes
+    topic's batch form, app.records.outcome_rows) becomes one pair per outcome, keyed by its
+    workload id; any other record is itself."""
+    if not topic.endswith("switchyard.outcomes") or not value or not value.startswith(b'{"v'):
+        return [(key, value)]
+    try:
+        outcomes = outcome_rows(json.loads(value))
+    except ValueError:
+        return [(key, value)]
+    if len(outcomes) == 1:
+        return [(key, value)]
+    return [(str(o.get("id")) if isinstance(o, dict) else key, json.dumps(o).encode())
+            for o in outcomes]
+
+
 class TopicWatcher(Background):
     """Reads topics from the beginning, continuously, into memory (thread-safe snapshots).
 
@@ -170,9 +188,10 @@ class TopicWatcher(Background):
                     for records in batch.values():
                         for r in records:
                             key = r.key.decode("utf-8", "replace") if r.key else None
-                            self._records[r.topic].append(
-                                Record(r.topic, key, r.value, r.partition, r.offset, now,
-                                       r.timestamp / 1000.0))
+                            for k, v in per_outcome(r.topic, key, r.value):
+                                self._records[r.topic].append(
+                                    Record(r.topic, k, v, r.partition, r.offset, now,
+                                           r.timestamp / 1000.0))
         finally:
             await consumer.stop()
 

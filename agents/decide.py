@@ -6,7 +6,8 @@ after a crash is routed again (its first route may not have reached the broker).
 the cost models of every class (a global table), the live devices (registry) and the backlog of
 routed, unfinished work (agents/state.py, in memory).
 
-Routes are handed to the producer and not awaited: Faust flushes the producer before it commits
+Routes are handed to the producer (straight to aiokafka's, app/faust_patches.py::send_record)
+and not awaited: Faust flushes the producer before it commits
 the workload offsets (at-least-once), and a route that failed for good crashes the worker, so
 no offset is committed past a route the broker does not hold.
 """
@@ -24,6 +25,7 @@ import numpy as np
 
 from agents import registry, state
 from app import observability
+from app.faust_patches import send_record
 from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
@@ -214,7 +216,10 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     # The class's least-loaded device takes it (models/dispatch.py); by key where unknown.
     lane = route_partition(state.backlog, snapshot.classes[decision.device_class],
                            settings.dispatch_overhead_ms)
-    delivery = await topic.send(key=workload.id, value=record.dumps(), partition=lane)
+    # Straight to the producer (app/faust_patches.py::send_record): the routes of a batch
+    # leave together, and Faust's pre-commit flush still covers them.
+    delivery = await send_record(app, topic.get_topic_name(), workload.id.encode(),
+                                 record.dumps(), lane)
     return Routed(workload, decision, record, fields, partition, offset, delivery, lane)
 
 

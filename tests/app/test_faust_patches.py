@@ -355,3 +355,18 @@ async def test_a_task_is_reported_with_the_frames_it_waits_in() -> None:
     assert "outer:" in line and "inner:" in line and "wait:" in line
     gate.set()
     await task
+
+
+def test_send_record_relies_on_faust_producer_internals_that_exist() -> None:
+    """``send_record`` hands routes to the aiokafka producer under Faust's (its private
+    ``_ensure_producer``), and Faust's pre-commit flush must wait for that producer too."""
+    import inspect
+
+    from faust.transport.consumer import Consumer
+    from faust.transport.drivers.aiokafka import Producer
+
+    assert callable(Producer._ensure_producer) and callable(Producer.maybe_start)
+    flush = inspect.getsource(Producer.flush)
+    assert "self.buffer.flush()" in flush and "self._producer.flush()" in flush
+    commit = inspect.getsource(Consumer._commit_offsets)
+    assert commit.index("self.app.producer.flush()") < commit.index("self._commit(")

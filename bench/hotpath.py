@@ -379,6 +379,9 @@ async def _measure(local: LocalCluster, worker: Any, fleet: InstantFleet, count:
             "burst_rate_per_s": count / times[-1] if times and len(times) == count else None,
             "rate_per_s": rate_between(times, count),
             "all_done_s": times[-1] if times else None,
+            # When 10 % and 90 % of the results were in: the burst's head and tail.
+            "p10_done_s": times[len(times) // 10] if times else None,
+            "p90_done_s": times[(9 * len(times)) // 10] if times else None,
             "worker_cpu_us_per_workload": 1e6 * cpu_s / count,
             "stage_cpu_us_per_workload": stages,
             "mean_batch": mean_batches(exposition_before, exposition_after)}
@@ -416,10 +419,14 @@ def report_capacity(c: dict[str, Any]) -> str:
         f"{c['seen_twice']} seen twice." +
         (f" Measured {c['measured_at']}." if c.get("measured_at") else ""))
     row = [fmt(c.get("burst_rate_per_s"), ".0f"), fmt(c.get("rate_per_s"), ".0f"),
-           fmt(c.get("all_done_s"), ".1f"), fmt(total, ".0f"),
+           fmt(c.get("p10_done_s"), ".1f"), fmt(c.get("p90_done_s"), ".1f"),
+           fmt(c.get("all_done_s"), ".1f"),
+           *(fmt((c.get("mean_batch") or {}).get(s), ".1f") for s in ("decide", "complete")),
+           fmt(total, ".0f"),
            *(fmt(stages.get(s), ".0f") for s in STAGE_ORDER),
            fmt(total - staged if total is not None else None, ".0f")]
     table = markdown_table(
-        ["workloads/s (whole burst)", "10–90 % /s", "burst done s", "worker CPU µs/wl",
+        ["workloads/s (whole burst)", "10–90 % /s", "10 % in s", "90 % in s", "burst done s",
+         "decide batch (mean)", "complete batch (mean, records)", "worker CPU µs/wl",
          *(f"{s} µs/wl" for s in STAGE_ORDER), "outside the stages µs/wl"], [row])
     return text + "\n\n" + table

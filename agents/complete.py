@@ -32,11 +32,6 @@ guard = OffsetGuard("complete", input_offsets)
 REQUIRED, OPTIONAL = wire_fields(ResultRecord)
 
 
-def parse_outcome(raw: bytes) -> ResultRecord:
-    """Decode an executor's outcome; ValueError with the reason when it is malformed."""
-    return check_outcome(decode_object(raw, "outcome"))
-
-
 def parse_outcomes(raw: bytes) -> tuple[list[ResultRecord], list[tuple[str, bytes]]]:
     """The outcomes an outcomes record carries (one, or a version-2 batch) and the refused
     ones of a batch, each with the reason and its own bytes. ValueError with the reason when

@@ -258,7 +258,7 @@ def _metric(**change: Any) -> dict[str, Any]:
 
 def test_rows_without_the_batch_fields_read_as_unbatched() -> None:
     """Rows of executors from before dynamic batching parse with batch size 1."""
-    from agents.complete import parse_outcome
+    from agents.complete import parse_outcomes
     from agents.learn import parse_metric
 
     row = parse_metric(json.dumps(_metric()).encode())
@@ -266,7 +266,7 @@ def test_rows_without_the_batch_fields_read_as_unbatched() -> None:
     batched = parse_metric(json.dumps(_metric(batch_size=3, batch_exec_ms=0.3)).encode())
     assert batched.batch_size == 3 and batched.batch_exec_ms == 0.3
     outcome = {k: v for k, v in result_record().items() if k != "batch_size"}
-    assert parse_outcome(json.dumps(outcome).encode()).batch_size == 1
+    assert parse_outcomes(json.dumps(outcome).encode())[0][0].batch_size == 1
 
 
 def test_a_metric_batch_is_parsed_row_by_row_and_a_bad_row_is_refused_alone() -> None:

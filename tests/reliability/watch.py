@@ -144,7 +144,7 @@ def per_outcome(topic: str, key: str | None,
     """A record as (key, value) pairs, one per workload: an outcomes batch (the outcomes
     topic's batch form, app.records.outcome_rows) becomes one pair per outcome, keyed by its
     workload id; any other record is itself."""
-    if not topic.endswith("switchyard.outcomes") or not value or not value.startswith(b'{"v'):
+    if not topic.endswith("switchyard.outcomes") or not value:
         return [(key, value)]
     try:
         outcomes = outcome_rows(json.loads(value))

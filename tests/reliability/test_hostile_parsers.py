@@ -47,3 +47,18 @@ def test_every_hostile_message_is_refused_with_a_reason(seed: int) -> None:
                                                          "outcomes"}
     accepted = Counter(m.category for m in messages if refusal(m) is None)
     assert not accepted, f"accepted hostile messages by category: {dict(accepted)}"
+
+
+def test_the_watcher_counts_every_hostile_outcomes_record_as_itself() -> None:
+    """The suite's own reader of the outcomes topic (tests/reliability/watch.py) must not stop
+    on what the worker dead-letters: a record it cannot decode is one (key, value) pair."""
+    from tests.reliability.watch import per_outcome
+
+    topic = "ns.switchyard.outcomes"
+    for message in hostile_messages(1500, 3):
+        if message.topic != "outcomes" or not message.value:
+            continue
+        pairs = per_outcome(topic, "k", message.value)
+        assert pairs, message.category
+    nested = b"[" * 100_000
+    assert per_outcome(topic, "k", nested) == [("k", nested)]

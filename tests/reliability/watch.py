@@ -148,7 +148,7 @@ def per_outcome(topic: str, key: str | None,
         return [(key, value)]
     try:
         outcomes = outcome_rows(json.loads(value))
-    except ValueError:
+    except (ValueError, RecursionError):  # hostile input on the topic: nested past json's limit
         return [(key, value)]
     if len(outcomes) == 1:
         return [(key, value)]

@@ -13,7 +13,7 @@ from faust.exceptions import PartitionsMismatch
 from faust.tables.base import Collection
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from app import faust_patches
+from app import eager, faust_patches
 from app.main import app
 
 
@@ -370,3 +370,156 @@ def test_send_record_relies_on_faust_producer_internals_that_exist() -> None:
     assert "self.buffer.flush()" in flush and "self._producer.flush()" in flush
     commit = inspect.getsource(Consumer._commit_offsets)
     assert commit.index("self.app.producer.flush()") < commit.index("self._commit(")
+
+
+def _service_like() -> Any:
+    """What ``Service.wait_first`` reads of its service."""
+    return SimpleNamespace(_stopped=asyncio.Event(), _crashed=asyncio.Event(),
+                           loop=asyncio.get_running_loop())
+
+
+async def test_a_message_the_streams_have_room_for_is_delivered_without_a_task() -> None:
+    from faust.transport.consumer import Consumer
+
+    delivered: list[str] = []
+    tasks_before = len(asyncio.all_tasks())
+
+    async def callback() -> str:
+        delivered.append("m")
+        return "done"
+
+    suspend = asyncio.Event()
+    other = suspend.wait()
+    finished, result = eager.start(
+        Consumer.wait_first(_service_like(), callback(), other))
+    assert finished, "the delivery waited for the event loop"
+    assert delivered == ["m"] and result.done and result.results == ["done"]
+    assert not result.stopped
+    assert other.cr_frame is None  # the suspend-flow wait was closed, never left pending
+    assert len(asyncio.all_tasks()) == tasks_before
+
+
+async def test_a_delivery_that_must_wait_is_still_interrupted_by_suspended_flow() -> None:
+    """A full stream buffer: Faust's own wait_first takes over, so a rebalance (the
+    suspend-flow event) still ends the wait, and the delivery is cancelled."""
+    from faust.transport.consumer import Consumer
+
+    room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    cancelled: list[bool] = []
+
+    async def callback() -> None:
+        try:
+            await room
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    suspend = asyncio.Event()
+    waiting = asyncio.ensure_future(Consumer.wait_first(_service_like(), callback(),
+                                                        suspend.wait()))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    suspend.set()
+    result = await asyncio.wait_for(waiting, 1.0)
+    await asyncio.sleep(0)
+    assert len(result.done) == 1 and cancelled == [True]
+
+
+async def test_a_delivery_that_waits_completes_when_the_stream_has_room_again() -> None:
+    from faust.transport.consumer import Consumer
+
+    room: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def callback() -> str:
+        return await room
+
+    waiting = asyncio.ensure_future(Consumer.wait_first(_service_like(), callback(),
+                                                        asyncio.Event().wait()))
+    await asyncio.sleep(0.01)
+    room.set_result("in")
+    result = await asyncio.wait_for(waiting, 1.0)
+    assert result.results == ["in"] and not result.stopped
+
+
+def test_faust_still_delivers_each_message_through_wait_first() -> None:
+    import inspect
+
+    from faust.transport.consumer import Consumer
+
+    drain = inspect.getsource(Consumer._drain_messages)
+    assert "self.wait_first(" in drain and "callback(message)" in drain
+    assert "self.suspend_flow.wait()" in drain
+
+
+class _FakeAiokafka:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+        self.deliveries: list[asyncio.Future[Any]] = []
+
+    async def send(self, topic: str, value: bytes, *, key: bytes | None, partition: int | None,
+                   timestamp_ms: int | None, headers: Any) -> asyncio.Future[Any]:
+        self.sent.append((topic, key, value, partition, timestamp_ms, headers))
+        delivery: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.deliveries.append(delivery)
+        return delivery
+
+
+async def test_a_table_write_is_handed_to_the_producer_in_one_step_and_settled_by_faust() -> None:
+    """``hand_over`` (the producer buffer's drain, app/faust_patches.py): the changelog write
+    leaves without the event loop turning, and its acknowledgement settles Faust's future
+    message and runs its callback (for a table: the store's persisted offset)."""
+    aiokafka = _FakeAiokafka()
+
+    async def maybe_start() -> None:
+        return None
+
+    fake_app = SimpleNamespace(
+        producer=SimpleNamespace(maybe_start=maybe_start, _ensure_producer=lambda: aiokafka),
+        sensors=app.sensors)
+    topic = app.topic("eager-test-changelog", key_type=bytes, value_type=bytes,
+                      key_serializer="raw", value_serializer="raw")
+    called: list[Any] = []
+    fut = topic.as_future_message(key=b"k", value=b"v", partition=3, timestamp=12.5,
+                                  callback=called.append)
+    finished, _ = eager.start(faust_patches.hand_over(fake_app, fut))
+    assert finished, "handing over a buffered write waited for the event loop"
+    assert aiokafka.sent == [("eager-test-changelog", b"k", b"v", 3, 12500, None)]
+    assert not fut.done()
+    metadata = SimpleNamespace(topic="eager-test-changelog", partition=3, offset=41,
+                               timestamp=12500, timestamp_type=0)
+    aiokafka.deliveries[0].set_result(metadata)
+    await asyncio.sleep(0)
+    assert fut.done() and fut.result() is metadata
+    assert called == [fut]
+
+
+async def test_a_refused_table_write_fails_its_future_message() -> None:
+    aiokafka = _FakeAiokafka()
+
+    async def maybe_start() -> None:
+        return None
+
+    fake_app = SimpleNamespace(
+        producer=SimpleNamespace(maybe_start=maybe_start, _ensure_producer=lambda: aiokafka),
+        sensors=app.sensors)
+    topic = app.topic("eager-test-changelog", key_type=bytes, value_type=bytes,
+                      key_serializer="raw", value_serializer="raw")
+    fut = topic.as_future_message(key=b"k", value=b"v", partition=0)
+    await faust_patches.hand_over(fake_app, fut)
+    aiokafka.deliveries[0].set_exception(RuntimeError("broker said no"))
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="broker said no"):
+        fut.result()
+
+
+def test_hand_over_relies_on_faust_internals_that_exist() -> None:
+    import inspect
+
+    from faust.topics import Topic
+    from faust.transport.producer import ProducerBuffer
+
+    assert callable(Topic._on_published)
+    published = inspect.getsource(Topic._on_published)
+    assert "message.set_result(res)" in published and "message.message.callback" in published
+    pending = inspect.getsource(ProducerBuffer._handle_pending.fun)
+    assert "await send_pending(msg)" in pending

@@ -19,18 +19,39 @@ from faust.transport.producer import ProducerBuffer
 import app.main  # noqa: F401 - installs the worker's producer settings and fixes
 
 
-def _slow_message(sent: list[int], number: int, delay_s: float) -> Any:
-    async def publish_message(fut: Any, wait: bool = False) -> None:
+class _SlowProducer:
+    """The aiokafka producer as ``hand_over`` (app/faust_patches.py) sees it: each send takes
+    a while (metadata, a full accumulator) before the record is in its hands."""
+
+    def __init__(self, sent: list[int]) -> None:
+        self.sent = sent
+
+    async def send(self, topic: str, value: bytes, **_: Any) -> asyncio.Future[Any]:
+        number, delay_s = value
         await asyncio.sleep(delay_s)
-        sent.append(number)
-
-    channel = SimpleNamespace(publish_message=publish_message)
-    return SimpleNamespace(message=SimpleNamespace(channel=channel))
+        self.sent.append(number)
+        return asyncio.get_running_loop().create_future()
 
 
-async def _buffer() -> ProducerBuffer:
+def _slow_message(sent: list[int], number: int, delay_s: float) -> Any:
+    del sent  # the buffer's producer records it
+    channel = SimpleNamespace(get_topic_name=lambda: "t-changelog",
+                              _on_published=lambda *a, **k: None)
+    return SimpleNamespace(message=SimpleNamespace(
+        channel=channel, key=b"k", value=(number, delay_s), partition=0, timestamp=None,
+        headers=None))
+
+
+async def _buffer(sent: list[int]) -> ProducerBuffer:
+    async def maybe_start() -> None:
+        return None
+
+    producer = _SlowProducer(sent)
     buffer = ProducerBuffer()
-    buffer.app = SimpleNamespace(conf=SimpleNamespace(producer_threaded=False))  # type: ignore[assignment]
+    buffer.app = SimpleNamespace(  # type: ignore[assignment]
+        conf=SimpleNamespace(producer_threaded=False),
+        producer=SimpleNamespace(maybe_start=maybe_start, _ensure_producer=lambda: producer),
+        sensors=SimpleNamespace(on_send_initiated=lambda *a, **k: None))
     await buffer.start()
     return buffer
 
@@ -38,7 +59,7 @@ async def _buffer() -> ProducerBuffer:
 async def test_flush_waits_for_slow_handovers() -> None:
     """Three writes, each 0.15 s to hand over: flush returns only when all three are out."""
     sent: list[int] = []
-    buffer = await _buffer()
+    buffer = await _buffer(sent)
     try:
         for number in range(3):
             buffer.put(_slow_message(sent, number, 0.15))
@@ -51,7 +72,7 @@ async def test_flush_waits_for_slow_handovers() -> None:
 async def test_flush_waits_for_the_message_in_hand() -> None:
     """A write already taken off the queue but not yet handed over still counts."""
     sent: list[int] = []
-    buffer = await _buffer()
+    buffer = await _buffer(sent)
     try:
         buffer.put(_slow_message(sent, 0, 0.3))
         await asyncio.sleep(0.05)  # let the buffer's task take it off the queue

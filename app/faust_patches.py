@@ -292,7 +292,8 @@ def install_seek_before_resume() -> None:
 
 
 async def send_record(app: Any, topic: str, key: bytes | None, value: bytes,
-                      partition: int | None = None) -> asyncio.Future[Any]:
+                      partition: int | None = None, *, timestamp_ms: int | None = None,
+                      headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
     """Hand one record to the aiokafka producer under Faust's own and return its delivery
     future (not awaited: the caller checks it later).
 
@@ -311,7 +312,7 @@ async def send_record(app: Any, topic: str, key: bytes | None, value: bytes,
     await producer.maybe_start()
     aiokafka_producer = producer._ensure_producer()
     delivery: asyncio.Future[Any] = await aiokafka_producer.send(
-        topic, value, key=key, partition=partition)
+        topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
     return delivery
 
 
@@ -337,9 +338,8 @@ async def hand_over(app: Any, fut: Any) -> None:
     headers = message.headers
     if isinstance(headers, Mapping):
         headers = list(headers.items())
-    await producer.maybe_start()
-    delivery = await producer._ensure_producer().send(  # noqa: SLF001
-        topic, message.value, key=message.key, partition=message.partition,
+    delivery = await send_record(
+        app, topic, message.key, message.value, message.partition,
         timestamp_ms=int(timestamp * 1000.0) if timestamp else None, headers=headers or None)
     delivery.add_done_callback(functools.partial(channel._on_published, message=fut,  # noqa: SLF001
                                                  state=state, producer=producer))

@@ -96,7 +96,9 @@ async def test_an_exception_set_on_the_awaited_future_reaches_the_coroutine() ->
     assert seen == ["caught"]
 
 
-async def test_cancelling_the_rest_cancels_the_coroutine_and_runs_its_cleanup() -> None:
+def _started_on_a_gate() -> tuple[asyncio.Future[int], list[bool], Resumed]:
+    """A coroutine stepped once (``start``) that waits on a future (the gate) and records
+    its cleanup; the gate, the cleanup record and the rest of the coroutine."""
     gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     cleaned: list[bool] = []
 
@@ -106,7 +108,13 @@ async def test_cancelling_the_rest_cancels_the_coroutine_and_runs_its_cleanup() 
         finally:
             cleaned.append(True)
 
-    _, rest = start(waits())
+    finished, rest = start(waits())
+    assert not finished and isinstance(rest, Resumed)
+    return gate, cleaned, rest
+
+
+async def test_cancelling_the_rest_cancels_the_coroutine_and_runs_its_cleanup() -> None:
+    gate, cleaned, rest = _started_on_a_gate()
     task = asyncio.ensure_future(rest)
     await asyncio.sleep(0)
     task.cancel()
@@ -116,16 +124,6 @@ async def test_cancelling_the_rest_cancels_the_coroutine_and_runs_its_cleanup() 
 
 
 async def test_closing_the_rest_closes_the_coroutine() -> None:
-    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    cleaned: list[bool] = []
-
-    async def waits() -> int:
-        try:
-            return await gate
-        finally:
-            cleaned.append(True)
-
-    _, rest = start(waits())
-    assert isinstance(rest, Resumed)
+    _, cleaned, rest = _started_on_a_gate()
     rest.close()
     assert cleaned == [True]

@@ -464,10 +464,9 @@ class _FakeAiokafka:
         return delivery
 
 
-async def test_a_table_write_is_handed_to_the_producer_in_one_step_and_settled_by_faust() -> None:
-    """``hand_over`` (the producer buffer's drain, app/faust_patches.py): the changelog write
-    leaves without the event loop turning, and its acknowledgement settles Faust's future
-    message and runs its callback (for a table: the store's persisted offset)."""
+def _changelog_write(**fields: Any) -> tuple[_FakeAiokafka, Any, Any]:
+    """A fake aiokafka producer, an app whose Faust producer hands records to it, and a
+    buffered table write (``FutureMessage``) with ``fields``."""
     aiokafka = _FakeAiokafka()
 
     async def maybe_start() -> None:
@@ -478,9 +477,16 @@ async def test_a_table_write_is_handed_to_the_producer_in_one_step_and_settled_b
         sensors=app.sensors)
     topic = app.topic("eager-test-changelog", key_type=bytes, value_type=bytes,
                       key_serializer="raw", value_serializer="raw")
+    return aiokafka, fake_app, topic.as_future_message(key=b"k", value=b"v", **fields)
+
+
+async def test_a_table_write_is_handed_to_the_producer_in_one_step_and_settled_by_faust() -> None:
+    """``hand_over`` (the producer buffer's drain, app/faust_patches.py): the changelog write
+    leaves without the event loop turning, and its acknowledgement settles Faust's future
+    message and runs its callback (for a table: the store's persisted offset)."""
     called: list[Any] = []
-    fut = topic.as_future_message(key=b"k", value=b"v", partition=3, timestamp=12.5,
-                                  callback=called.append)
+    aiokafka, fake_app, fut = _changelog_write(partition=3, timestamp=12.5,
+                                               callback=called.append)
     finished, _ = eager.start(faust_patches.hand_over(fake_app, fut))
     assert finished, "handing over a buffered write waited for the event loop"
     assert aiokafka.sent == [("eager-test-changelog", b"k", b"v", 3, 12500, None)]
@@ -494,17 +500,7 @@ async def test_a_table_write_is_handed_to_the_producer_in_one_step_and_settled_b
 
 
 async def test_a_refused_table_write_fails_its_future_message() -> None:
-    aiokafka = _FakeAiokafka()
-
-    async def maybe_start() -> None:
-        return None
-
-    fake_app = SimpleNamespace(
-        producer=SimpleNamespace(maybe_start=maybe_start, _ensure_producer=lambda: aiokafka),
-        sensors=app.sensors)
-    topic = app.topic("eager-test-changelog", key_type=bytes, value_type=bytes,
-                      key_serializer="raw", value_serializer="raw")
-    fut = topic.as_future_message(key=b"k", value=b"v", partition=0)
+    aiokafka, fake_app, fut = _changelog_write(partition=0)
     await faust_patches.hand_over(fake_app, fut)
     aiokafka.deliveries[0].set_exception(RuntimeError("broker said no"))
     await asyncio.sleep(0)

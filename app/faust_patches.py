@@ -20,6 +20,8 @@ instead of silently losing a guarantee.
   the group when it stops cleanly (aiokafka skips the LeaveGroup for static members).
 - ``install_seek_before_resume``: at the end of a table recovery the stream partitions are
   sought to their committed offsets *before* they are fetched again, not after.
+- ``install_uncommitted_seek_to_start``: that seek also rewinds a stream partition nobody has
+  committed yet (aiokafka leaves it where the fetcher got to, past records Faust dropped).
 - ``take_batches``: what the decide and complete stages iterate instead of ``take_events``:
   the same buffering, back-pressure and acknowledgement, but a batch is handed over as soon as
   its first event is in and what was already queued behind it has joined (no fixed timer).
@@ -291,6 +293,47 @@ def install_seek_before_resume() -> None:
     Recovery._switchyard_seek_first = True  # type: ignore[attr-defined]
 
 
+async def seek_to_committed_or_start(consumer: Any, keep_topics: set[str]) -> dict[Any, Any]:
+    """aiokafka's ``seek_to_committed``, and a partition with nothing committed (or 0) goes
+    back to its start too, except those of ``keep_topics``; the committed offsets.
+
+    aiokafka seeks only partitions whose committed offset is above 0 and leaves the others
+    wherever the fetcher got to. Faust relies on this seek to undo what a rebalance
+    interrupted: a fetch made before a rebalance returns after it (aiokafka waits out the
+    reassignment inside ``fetched_records``), with the records of partitions the worker still
+    owns, and Faust drops them while the flow is stopped (``Consumer.getmany``,
+    ``Service.wait_first``). On a partition nobody had committed yet, the position stayed past
+    them: logged in tests/integration/test_shared_backlog.py (about one run in 25), the first
+    worker's two workload partitions stood at offsets 8 and 5, none of them delivered, its
+    decide stage never ran, and the 13 workloads waited forever. ``seek(tp, 0)`` below the log
+    start is reset to the earliest offset by the consumer's reset policy (``earliest``)."""
+    committed = dict(await consumer.seek_to_committed())
+    for tp, offset in committed.items():
+        if not offset and tp.topic not in keep_topics:
+            consumer.seek(tp, 0)
+    return committed
+
+
+def install_uncommitted_seek_to_start() -> None:
+    """Faust's ``perform_seek`` (at the end of every recovery, and when a fetch comes back
+    while the flow is stopped) also rewinds the stream partitions that have no committed
+    offset (``seek_to_committed_or_start``); table changelogs keep the positions the recovery
+    gave them. Only with ``consumer_auto_offset_reset="earliest"`` (app/main.py): with
+    ``latest`` an uncommitted partition's place is its end, which aiokafka keeps anyway."""
+    thread_class = faust_aiokafka.AIOKafkaConsumerThread
+    if getattr(thread_class.seek_to_committed, "_switchyard", False):
+        return
+
+    async def seek_to_committed(self: Any) -> Any:
+        if self.app.conf.consumer_auto_offset_reset != "earliest":
+            return await self.call_thread(self._ensure_consumer().seek_to_committed)
+        keep = set(self.app.tables.changelog_topics)
+        return await self.call_thread(seek_to_committed_or_start, self._ensure_consumer(), keep)
+
+    seek_to_committed._switchyard = True  # type: ignore[attr-defined]
+    thread_class.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+
+
 async def send_record(app: Any, topic: str, key: bytes | None, value: bytes,
                       partition: int | None = None, *, timestamp_ms: int | None = None,
                       headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
@@ -484,6 +527,7 @@ def install() -> None:
     install_draining_flush()
     install_larger_producer_buffer()
     install_seek_before_resume()
+    install_uncommitted_seek_to_start()
 
 
 def aiokafka_consumer(app: Any) -> Any | None:

@@ -230,12 +230,14 @@ class Backlog:
 
     def by_class(self) -> dict[str, dict[str, float]]:
         """``{class: {"ms": predicted ms, "count": workloads, "pace": measured ÷ predicted,
-        "others_ms", "others_count": the other workers' share}}`` for every class seen here."""
+        "others_ms", "others_count": the other workers' share}}`` for every class seen here
+        or in the others' shares (a worker holding none of a class's work still shows what it
+        waits on behind the others')."""
         empty = Held()
-        return {c: {**h.as_dict(), "pace": self.pace(c),
+        return {c: {**self._held.get(c, empty).as_dict(), "pace": self.pace(c),
                     "others_ms": self._others.get(c, empty).ms,
                     "others_count": self._others.get(c, empty).count}
-                for c, h in self._held.items()}
+                for c in sorted({*self._held, *self._others})}
 
     def holds_work(self, device_class: str) -> bool:
         """Whether a class has unfinished work routed by this worker or (as last set) by the

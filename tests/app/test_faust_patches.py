@@ -519,3 +519,59 @@ def test_hand_over_relies_on_faust_internals_that_exist() -> None:
     assert "message.set_result(res)" in published and "message.message.callback" in published
     pending = inspect.getsource(ProducerBuffer._handle_pending.fun)
     assert "await send_pending(msg)" in pending
+
+
+@pytest.mark.kafka
+def test_the_seek_to_committed_rewinds_partitions_nobody_committed(broker, unique) -> None:
+    """Read past records without committing (what a fetch that came back across a rebalance
+    did, before Faust dropped its records): the seek Faust makes at the end of a recovery puts
+    an uncommitted partition back at its start, a committed one at its commit, and leaves the
+    partitions of ``keep_topics`` (the tables' changelogs) where they were."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    from tests.integration.kafka_io import create_topics
+
+    stream, changelog = f"seek-{unique}", f"seek-{unique}-changelog"
+    tps = [TopicPartition(stream, 0), TopicPartition(stream, 1), TopicPartition(changelog, 0)]
+
+    async def scenario() -> dict[TopicPartition, int]:
+        await create_topics(broker, [stream], partitions=2)
+        await create_topics(broker, [changelog])
+        producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all")
+        await producer.start()
+        try:
+            for tp in tps:
+                for n in range(6):
+                    await producer.send_and_wait(tp.topic, b"r%d" % n, partition=tp.partition)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=f"seek-{unique}",
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            await consumer.commit({tps[1]: OffsetAndMetadata(4, "")})
+            consumer.seek(tps[1], 0)
+            read = 0
+            while read < 18:
+                batch = await consumer.getmany(timeout_ms=2000)
+                assert batch, "the records were not read back"
+                read += sum(len(records) for records in batch.values())
+            assert [await consumer.position(tp) for tp in tps] == [6, 6, 6]
+            committed = await faust_patches.seek_to_committed_or_start(consumer, {changelog})
+            assert committed == {tps[0]: None, tps[1]: 4, tps[2]: None}
+            return {tp: await consumer.position(tp) for tp in tps}
+        finally:
+            await consumer.stop()
+
+    positions = asyncio.run(scenario())
+    assert positions == {tps[0]: 0, tps[1]: 4, tps[2]: 6}
+
+
+def test_faust_seeks_through_the_consumer_thread_patch() -> None:
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    faust_patches.install()
+    assert getattr(AIOKafkaConsumerThread.seek_to_committed, "_switchyard", False)
+    assert app.conf.consumer_auto_offset_reset == "earliest"

@@ -124,6 +124,9 @@ def test_the_others_share_counts_in_the_wait_but_is_not_republished() -> None:
     assert backlog.ms("c") == pytest.approx(60.0)
     assert backlog.share() == {"a": {"ms": 100.0, "count": 2}}
     assert backlog.by_class()["a"]["others_count"] == 3
+    # A class only the others hold work on is in the view too, with none of it here.
+    assert backlog.by_class()["c"] == {"ms": 0.0, "count": 0, "pace": 2.0, "others_ms": 30.0,
+                                       "others_count": 1}
     backlog.set_others({})
     assert backlog.ms("a", per_workload_ms=1.0) == pytest.approx(before)
 

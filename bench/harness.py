@@ -117,6 +117,8 @@ class Run:
     result_ts: dict[str, int] = field(default_factory=dict)
     route_ts: dict[str, int] = field(default_factory=dict)
     route_class: dict[str, str] = field(default_factory=dict)
+    # Result records beyond the first for a workload (the contract allows exactly one).
+    duplicate_results: dict[str, int] = field(default_factory=dict)
     started_ms: float = 0.0
     last_sent_ms: float = 0.0
 
@@ -193,6 +195,8 @@ async def drive(namespace: str, workloads: Sequence[dict[str, Any]], arrivals_s:
                             run.result_ts[key] = record.timestamp
                             if on_result is not None:
                                 on_result(key, run.results[key], now)
+                        else:
+                            run.duplicate_results[key] = run.duplicate_results.get(key, 0) + 1
                     elif key not in run.route_ts:
                         run.route_ts[key] = record.timestamp
                         run.route_class[key] = tp.topic.rsplit(".", 1)[-1]

@@ -13,6 +13,8 @@
 3. Worker capacity (bench/hotpath.py): a burst of workloads, faster than one pinned worker
    takes them, through decide, complete, learn and window, with instant (SIMULATED) executors
    in this process; results/s, the worker's CPU µs per workload and each stage's share.
+4. Sustained load (bench/sustained.py): 1,000 workloads/s for a minute through the broker, one
+   worker and two sim executors; results lost or duplicated, and whether it kept up.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ from bench.common import (
 )
 from bench.harness import BROKER, ExecutorSpec, run_trace, start_cluster, topic
 from bench.kafka_floor import kafka_floor
+from bench.sustained import report_sustained, sustained
 from models.traces import poisson_gaps, synthetic_trace
 
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench")) / "pipeline"
 CPU_ROLES = ("worker", "executors", "broker", "load generator")
 FLOOR_RATE_PER_S = 25.0  # issue 12's round-trip goal is stated at 25 workloads/s
+SUSTAINED_RATE_PER_S = 1000.0  # issue 12's end-to-end goal: 1,000 workloads/s for a minute
 METRIC_PARTITIONS = 4  # the settings' default metric_partitions
 METRIC_BATCH_MULTIPLE = 5  # the batch form's metrics, as a multiple of the one-row form's
 # Rows per metrics record and the record's form: one execution a record; an executor's batch
@@ -394,7 +398,7 @@ def report(results: dict[str, Any], quick: bool) -> str:
            "it, so compare the ratios of one run." if forms[0].get("cpus") else "")
         + (f" Measured {forms[0]['measured_at']}." if forms[0].get("measured_at") else "")
         + " Rerun alone with `SWITCHYARD_BENCH_PARTS=metric switchyard bench pipeline` (the "
-        "other parts' figures are kept; the parts are metric, decide and worker).")
+        "other parts' figures are kept; the parts are metric, decide, worker and sustained).")
     by_form = {m.get("form"): m for m in forms}
     if "columns" in by_form and "objects" in by_form:
         columnar, objects = by_form["columns"], by_form["objects"]
@@ -448,6 +452,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
         from bench.hotpath import report_capacity
 
         parts.append(report_capacity(results["worker_capacity"]))
+    if results.get("sustained"):
+        parts.append(report_sustained(results["sustained"]))
     parts.append("![pipeline](bench/out/pipeline.png)")
     return "\n\n".join(parts)
 
@@ -489,6 +495,10 @@ def run(quick: bool, out_dir: Path) -> int:
         results["worker_capacity"] = capacity
         print(f"[pipeline] worker capacity: {fmt(capacity['rate_per_s'], '.0f')} workloads/s, "
               f"{fmt(capacity['worker_cpu_us_per_workload'], '.0f')} CPU µs each", flush=True)
+    if not parts or "sustained" in parts:
+        steady = sustained(SUSTAINED_RATE_PER_S, 15.0 if quick else 60.0)
+        steady["measured_at"] = now_utc()
+        results["sustained"] = steady
     write_json(out_dir, "pipeline", results)
     plot(results, out_dir)
     update_benchmarks_md("pipeline", report(results, quick))

@@ -7,6 +7,7 @@ import pytest
 
 from bench.drift import adaptation_times, share_over_time
 from bench.fleets import best_ms, fluid_capacity
+from bench.harness import Run
 from bench.pipeline import slope
 from models.ops import Variant, parse_op
 from models.oracle import profile_key
@@ -103,3 +104,47 @@ def test_median_run_keeps_the_middle_run_and_lists_every_mean() -> None:
     # A failed run sorts as the slowest; one run is kept as it is.
     assert median_run([{"error": "x"}, runs[1]])["tag"] == "b"
     assert "runs_mean_ms" not in median_run([runs[0]])
+
+
+def _steady_run(completions_ms: list[float], gap_ms: float = 10.0) -> Run:
+    run = Run(started_ms=0.0)
+    for i, completion in enumerate(completions_ms):
+        run.sent[f"w{i}"] = i * gap_ms
+        run.received[f"w{i}"] = i * gap_ms + completion
+    run.last_sent_ms = (len(completions_ms) - 1) * gap_ms
+    return run
+
+
+def test_sustained_load_rate_is_the_results_slope_between_10_and_90_percent() -> None:
+    from bench.sustained import received_rate
+
+    # 1,000 results 10 ms apart: 100/s whatever the (constant) completion time.
+    assert received_rate(_steady_run([5.0] * 1000)) == pytest.approx(100.0)
+    assert received_rate(_steady_run([5.0] * 5)) is None
+
+
+def test_a_pipeline_falling_behind_shows_a_longer_completion_at_the_end() -> None:
+    from bench.sustained import edge_completions
+
+    # Completion grows by 1 ms per workload: the backlog grows over the load.
+    first, last = edge_completions(_steady_run([float(i) for i in range(1000)]), 1.0)
+    assert first["n"] == last["n"] == 101
+    assert first["p50"] == pytest.approx(50.0) and last["p50"] == pytest.approx(949.0)
+
+
+def test_sustained_report_says_when_it_did_not_keep_up() -> None:
+    from bench.common import summarize
+    from bench.sustained import report_sustained
+
+    result = {"fleet": ["2x sim:h100"], "offered_per_s": 1000.0, "seconds": 60.0,
+              "workloads": 60000, "sent_per_s": 998.0, "results": 59990, "missing": 10,
+              "drain_s": 120.0,
+              "duplicated": 0, "results_per_s": 990.0, "kept_up": False,
+              "completion_ms": summarize([10.0, 20.0]), "completion_first_ms": summarize([10.0]),
+              "completion_last_ms": summarize([900.0]),
+              "decision_latency_ms": summarize([1.0, 2.0]),
+              "cpu_share": {"worker": 0.5, "executors": 0.4, "broker": 0.3,
+                            "load generator": 0.2}}
+    text = report_sustained(result)
+    assert "did **not** keep up" in text and "10 workloads had no result 120 s after" in text
+    assert "| 59990/60000 | 10 | 0 | 990 |" in text

@@ -110,14 +110,14 @@ class SwitchyardPolicy:
         op = workload.op
         n = len(usable)
         mean_ms, draw_ms, std_ms = np.empty(n), np.empty(n), np.empty(n)
-        wait = np.array([c.start_wait_ms for c in usable])
-        # A probably-cold (shape, variant) also costs its executor a build/compile and warm-up.
-        setup = np.array([c.setup_ms for c in usable])
-        # A remote class first moves the workload's bytes over its link (models/transfer.py).
-        transfer = np.array([c.transfer_ms for c in usable])
-        # What the executor spends around the execution (inputs made, output checksummed).
-        handling = np.array([c.handling_ms for c in usable])
-        price = np.array([c.price_per_hour for c in usable])
+        # Per candidate, in one array (one conversion, not five): the wait to start; the
+        # one-time setup a probably-cold (shape, variant) costs its executor (build/compile and
+        # warm-up); the transfer of the workload's bytes to a remote class (models/transfer.py);
+        # what the executor spends around the execution (inputs made, output checksummed); the
+        # price per device-hour.
+        wait, setup, transfer, handling, price = np.array(
+            [(c.start_wait_ms, c.setup_ms, c.transfer_ms, c.handling_ms, c.price_per_hour)
+             for c in usable], dtype=np.float64).T
         energy: list[float | None] = []
         estimated: list[bool] = []
         learned, versions, samples = [], [], []
@@ -170,7 +170,8 @@ class SwitchyardPolicy:
                     f"no device class is predicted to stay within max_cost "
                     f"{workload.max_cost:g}: the cheapest, {usable[cheapest].device_class}, "
                     f"is predicted to cost {cost[cheapest]:.3g}")
-        feasible = [i for i in allowed if meets(workload.deadline_ms, float(completion[i]))]
+        feasible = allowed if workload.deadline_ms is None else [
+            i for i in allowed if meets(workload.deadline_ms, float(completion[i]))]
         pool = feasible or allowed
         if not feasible:
             # Nothing is predicted to make the deadline: finish as early as possible.
@@ -217,8 +218,8 @@ class SwitchyardPolicy:
                     "cost": float(cost[i]), "score": float(score)}
 
         order = [int(j) for j in np.lexsort((completion[idx], greedy_scores))]
-        others = [terms(int(idx[j]), greedy_scores[j]) for j in order
-                  if int(idx[j]) != chosen][:COMPARED_OTHERS]
+        others = [terms(int(idx[j]), greedy_scores[j])
+                  for j in [j for j in order if int(idx[j]) != chosen][:COMPARED_OTHERS]]
         return Decision(
             device_class=c.device_class,
             variant=c.variant,

@@ -6,7 +6,8 @@ A device record is the executor's last heartbeat (see ``app.records.HeartbeatRec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,26 +109,39 @@ def _member_price(device: Mapping[str, Any]) -> float:
         return 0.0
 
 
+@functools.lru_cache(maxsize=4096)
+def offered_variants(capabilities: frozenset[tuple[str, str, str]], kind: str,
+                     allowed: frozenset[str]) -> tuple[Variant, ...]:
+    """The variants a class's capabilities (op kind, precision, mode) offer for ``kind``
+    within the ``allowed`` precisions, in (precision, mode) order. Cached: a class's
+    capabilities change only when its devices do, and every decision asks."""
+    return tuple(Variant(precision=precision, mode=mode) for precision, mode in sorted(
+        (precision, mode) for cap_kind, precision, mode in capabilities
+        if cap_kind == kind and precision in allowed))
+
+
+def class_variants(workload: Workload, classes: Mapping[str, ClassView],
+                   ) -> Iterator[tuple[str, ClassView, Variant]]:
+    """(class, its view, variant) for every live class and variant that can run the workload
+    within its allowed precisions, classes in name order.
+
+    A variant is offered only when the class declared the capability (op kind, precision,
+    mode): runtimes refuse what they cannot do rather than substitute."""
+    kind, allowed = workload.op.kind, frozenset(workload.precisions)
+    for device_class in sorted(classes):
+        view = classes[device_class]
+        for variant in offered_variants(view.capabilities, kind, allowed):
+            yield device_class, view, variant
+
+
 def candidates_for(workload: Workload, classes: Mapping[str, ClassView],
                    backlog_ms: Mapping[str, float],
                    device_wait_ms: Mapping[str, float | None] | None = None) -> list[Candidate]:
-    """Every (live class, variant) that can run the workload within its allowed precisions.
-
-    A variant is offered only when the class declared the capability (op kind, precision,
-    mode): runtimes refuse what they cannot do rather than substitute.
-    """
-    kind = workload.op.kind
-    allowed = set(workload.precisions)
-    out: list[Candidate] = []
-    for device_class in sorted(classes):
-        view = classes[device_class]
-        variants = sorted((precision, mode) for cap_kind, precision, mode in view.capabilities
-                          if cap_kind == kind and precision in allowed)
-        out.extend(
-            Candidate(device_class=device_class, variant=Variant(precision=precision, mode=mode),
+    """Every (live class, variant) that can run the workload (``class_variants``), with the
+    class's instances, backlog and the wait at its least-loaded device."""
+    waits = device_wait_ms or {}
+    return [Candidate(device_class=device_class, variant=variant,
                       live_instances=view.live_instances,
                       backlog_ms=float(backlog_ms.get(device_class, 0.0)),
-                      device_wait_ms=(device_wait_ms or {}).get(device_class))
-            for precision, mode in variants
-        )
-    return out
+                      device_wait_ms=waits.get(device_class))
+            for device_class, view, variant in class_variants(workload, classes)]

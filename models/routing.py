@@ -16,7 +16,7 @@ writes the results; nothing here touches Kafka, Faust or a clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from models.decision import Candidate, Decision, Policy
 from models.handling import Handling
 from models.history import HistoryModel
 from models.probing import ProbeOption
-from models.registry import ClassView, candidates_for
+from models.registry import ClassView, class_variants
 from models.setup import WarmRoutes, expected_setup_ms, setup_known
 from models.transfer import predict_transfer_ms, transfer_bytes
 from models.workload import Workload
@@ -71,28 +71,32 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes) -> list[Can
     expected transfer of the workload's bytes and its price."""
     out = []
     kind = workload.op.kind
+    signature = workload.op.signature()
     nbytes: int | None = None
     handling = snapshot.handling
-    for c in candidates_for(workload, snapshot.classes, snapshot.backlog_ms,
-                            snapshot.device_wait_ms):
-        view = snapshot.classes[c.device_class]
-        stored_transfer = snapshot.transfer.get(c.device_class)
-        extra: dict[str, Any] = {"price_per_hour": view.price_per_hour}
+    backlog_ms, waits = snapshot.backlog_ms, snapshot.device_wait_ms
+    for device_class, view, variant in class_variants(workload, snapshot.classes):
+        stored_transfer = snapshot.transfer.get(device_class)
+        handling_ms = transfer_ms = 0.0
         if handling is not None:
             if nbytes is None:
                 nbytes = io_bytes(workload)
-            extra["handling_ms"] = handling.ms(c.device_class, nbytes)
+            handling_ms = handling.ms(device_class, nbytes)
         if view.link is not None or stored_transfer:
             if nbytes is None:
                 nbytes = io_bytes(workload)
-            extra["transfer_ms"] = predict_transfer_ms(view.link, stored_transfer, nbytes)
-        if warm.is_warm(c.device_class, warm_key(workload, c)):
-            out.append(replace(c, **extra))
-            continue
-        stored = snapshot.setup.get(c.device_class)
-        mode = c.variant.mode
-        out.append(replace(c, setup_ms=expected_setup_ms(stored, kind, mode),
-                           cold=not setup_known(stored, kind, mode), **extra))
+            transfer_ms = predict_transfer_ms(view.link, stored_transfer, nbytes)
+        setup_ms, cold = 0.0, False
+        if not warm.is_warm(device_class, (signature, variant.precision, variant.mode)):
+            stored = snapshot.setup.get(device_class)
+            setup_ms = expected_setup_ms(stored, kind, variant.mode)
+            cold = not setup_known(stored, kind, variant.mode)
+        # One construction per candidate (``dataclasses.replace`` of a bare one cost twice).
+        out.append(Candidate(
+            device_class=device_class, variant=variant, live_instances=view.live_instances,
+            backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms, cold=cold,
+            device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
+            price_per_hour=view.price_per_hour, handling_ms=handling_ms))
     return out
 
 

@@ -29,7 +29,7 @@ from app.faust_patches import send_record
 from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
-from app.records import RouteRecord
+from app.records import RouteRecord, wire_bytes
 from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, history, input_offsets, models
 from models.backlog import InflightEntry
@@ -140,8 +140,7 @@ class Routed:
 
     workload: Workload
     decision: Decision
-    record: RouteRecord
-    fields: dict[str, Any]  # the record's fields
+    fields: dict[str, Any]  # the route record's fields (app/records.py ``RouteRecord``)
     partition: int
     offset: int | None
     delivery: Any
@@ -210,7 +209,6 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
                     if policy.name == "dmda" else None)
     decision = choose(policy, workload, candidates, snapshot.learned, history_view, rng)
     fields = route_fields(workload, decision, policy.name, attempt, now_ms())
-    record = RouteRecord(**fields)
     topic = await route_topic(decision.device_class)
     charge(snapshot, warm_routes, workload, decision, settings.dispatch_overhead_ms)
     # The class's least-loaded device takes it (models/dispatch.py); by key where unknown.
@@ -219,8 +217,8 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     # Straight to the producer (app/faust_patches.py::send_record): the routes of a batch
     # leave together, and Faust's pre-commit flush still covers them.
     delivery = await send_record(app, topic.get_topic_name(), workload.id.encode(),
-                                 record.dumps(), lane)
-    return Routed(workload, decision, record, fields, partition, offset, delivery, lane)
+                                 wire_bytes(RouteRecord, fields), lane)
+    return Routed(workload, decision, fields, partition, offset, delivery, lane)
 
 
 def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
@@ -234,11 +232,12 @@ def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
     it is routed again. If the entry is lost but the route is not, the workload runs twice and
     the complete stage publishes only the first result.
     """
-    workload, record, route = routed.workload, routed.record, routed.fields
+    workload, route = routed.workload, routed.fields
+    device_class = str(route["device_class"])
     state.record_decision(routed.partition, decision_view(route))
-    state.note_route(workload, record.device_class)
-    observability.inc("switchyard_decisions_total", device_class=record.device_class,
-                      policy=policy.name, reason=record.reason)
+    state.note_route(workload, device_class)
+    observability.inc("switchyard_decisions_total", device_class=device_class,
+                      policy=policy.name, reason=str(route["reason"]))
     entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset,
                            routed.decision.handling_ms, io_bytes(workload))
     if routed.route_partition is not None:

@@ -14,10 +14,25 @@ from typing import Any
 
 import faust
 import orjson
+from faust.utils import json as faust_json
+from mode.utils.compat import want_bytes
 
 
 class _Wire(faust.Record, serializer="json", include_metadata=False, abstract=True):
     """Base of every record on the wire."""
+
+
+def wire_bytes(record_type: type[_Wire], fields: typing.Mapping[str, Any]) -> bytes:
+    """``record_type(**fields).dumps()``, byte for byte, without building the record: its
+    fields in declared order, defaults where ``fields`` has none, through Faust's own JSON
+    encoder (orjson and Faust's ``on_default``). Building a Faust record and dumping it cost
+    ~10 µs a route on the decide stage's hot path; this ~1. A missing required field raises
+    KeyError."""
+    options = record_type._options
+    defaults = options.defaults
+    payload = {name: fields[name] if name in fields else defaults[name]
+               for name in options.fields}
+    return want_bytes(faust_json.dumps(payload))
 
 
 class RouteRecord(_Wire):

@@ -373,3 +373,26 @@ def test_an_outcome_batch_is_parsed_outcome_by_outcome_and_a_bad_one_is_refused_
         assert not valid("outcomes", whole)
         with pytest.raises(ValueError, match="outcome batch"):
             parse_outcomes(json.dumps(whole).encode())
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"predicted_energy_j": 3.25, "objective": {"latency": 0.5, "energy": 0.5}, "probe": True},
+    {"predicted_ms": 1e16, "predicted_std_ms": 1e-7, "compared": [{"device_class": "x",
+                                                                   "score": float("inf")}]},
+])
+def test_wire_bytes_are_the_records_own_dumps_byte_for_byte(extra: dict[str, Any]) -> None:
+    """The decide stage sends ``wire_bytes(RouteRecord, fields)`` instead of building the
+    record: the same bytes, defaults included, in the declared order."""
+    from app.records import wire_bytes
+
+    fields = {"id": "w1", "workload": {"id": "w1", "op": {"kind": "matmul", "m": 4, "k": 4,
+                                                          "n": 4}},
+              "device_class": "sim-h100", "variant": {"precision": "bf16", "mode": "eager"},
+              "predicted_ms": 1.5, "predicted_std_ms": 0.25, "reason": "exploit",
+              "model_version": 3, "decided_at_ms": 1_700_000_000_123, **extra}
+    assert wire_bytes(RouteRecord, fields) == RouteRecord(**fields).dumps()
+    assert list(json.loads(wire_bytes(RouteRecord, fields))) == list(
+        RouteRecord._options.fields)
+    with pytest.raises(KeyError):
+        wire_bytes(RouteRecord, {k: v for k, v in fields.items() if k != "reason"})

@@ -48,10 +48,8 @@ from models.decision import (
     Policy,
     PriorModels,
     Reason,
-    best_index,
     eligible_candidates,
     meets,
-    weighted_scores,
 )
 from models.history import HistoryModel
 from models.ops import OpSpec
@@ -109,15 +107,19 @@ class SwitchyardPolicy:
         usable = eligible_candidates(workload, candidates)
         op = workload.op
         n = len(usable)
-        mean_ms, draw_ms, std_ms = np.empty(n), np.empty(n), np.empty(n)
-        # Per candidate, in one array (one conversion, not five): the wait to start; the
-        # one-time setup a probably-cold (shape, variant) costs its executor (build/compile and
-        # warm-up); the transfer of the workload's bytes to a remote class (models/transfer.py);
-        # what the executor spends around the execution (inputs made, output checksummed); the
-        # price per device-hour.
-        wait, setup, transfer, handling, price = np.array(
-            [(c.start_wait_ms, c.setup_ms, c.transfer_ms, c.handling_ms, c.price_per_hour)
-             for c in usable], dtype=np.float64).T
+        # Plain floats, not NumPy: a decision weighs a handful of candidates, where each NumPy
+        # operation cost more than the arithmetic (the decide stage's largest part; the
+        # operations and their order are NumPy's, so the results are the same to the bit).
+        mean_ms, draw_ms, std_ms = [0.0] * n, [0.0] * n, [0.0] * n
+        # Per candidate: the wait to start; the one-time setup a probably-cold (shape,
+        # variant) costs its executor (build/compile and warm-up); the transfer of the
+        # workload's bytes to a remote class (models/transfer.py); what the executor spends
+        # around the execution (inputs made, output checksummed); the price per device-hour.
+        wait = [float(c.start_wait_ms) for c in usable]
+        setup = [float(c.setup_ms) for c in usable]
+        transfer = [float(c.transfer_ms) for c in usable]
+        handling = [float(c.handling_ms) for c in usable]
+        price = [float(c.price_per_hour) for c in usable]
         energy: list[float | None] = []
         estimated: list[bool] = []
         learned, versions, samples = [], [], []
@@ -125,11 +127,12 @@ class SwitchyardPolicy:
             model, is_learned = self._priors.get(models, c.device_class)
             fast = getattr(model, "predict_sample", None)
             if fast is not None:
-                pred, draw_ms[i] = fast(op, c.variant, rng)
+                pred, draw = fast(op, c.variant, rng)
             else:
                 pred = model.predict_one(op, c.variant)
-                draw_ms[i] = model.sample_ms(op, c.variant, rng)
-            mean_ms[i], std_ms[i] = pred.mean_ms, pred.std_ms
+                draw = model.sample_ms(op, c.variant, rng)
+            draw_ms[i] = float(draw)
+            mean_ms[i], std_ms[i] = float(pred.mean_ms), float(pred.std_ms)
             joules, guessed = pred.energy_j, False
             prior = getattr(model, "prior", None)
             if joules is None and not is_learned and prior is not None:
@@ -149,23 +152,23 @@ class SwitchyardPolicy:
         energy_fallback = wants_energy and any(e is None for e in energy)
         mean_energy = draw_energy = None
         if wants_energy and not energy_fallback:
-            mean_energy = np.array(energy, dtype=np.float64)
+            mean_energy = [float(e) for e in energy if e is not None]
             # Energy ~ power x time: the draw scales the energy by the sampled time ratio.
-            draw_energy = mean_energy * draw_ms / mean_ms
+            draw_energy = [_divide(mean_energy[i] * draw_ms[i], mean_ms[i]) for i in range(n)]
         if energy_fallback:
             objective = {"latency": 1.0 - objective.get("cost", 0.0), "energy": 0.0,
                          "cost": objective.get("cost", 0.0)}
 
-        besides = setup + transfer + handling  # besides the execution
-        completion = wait + besides + mean_ms
+        besides = [setup[i] + transfer[i] + handling[i] for i in range(n)]  # besides the execution
+        completion = [wait[i] + besides[i] + mean_ms[i] for i in range(n)]
         # What holding the device costs: its price over setup, transfer, handling, execution.
-        cost = price * (besides + mean_ms) / HOUR_MS
-        draw_cost = price * (besides + draw_ms) / HOUR_MS
+        cost = [price[i] * (besides[i] + mean_ms[i]) / HOUR_MS for i in range(n)]
+        draw_cost = [price[i] * (besides[i] + draw_ms[i]) / HOUR_MS for i in range(n)]
         allowed = list(range(n))
         if workload.max_cost is not None:
             allowed = [i for i in allowed if cost[i] <= workload.max_cost * (1 + 1e-9)]
             if not allowed:
-                cheapest = int(np.argmin(cost))
+                cheapest = _lowest(cost)
                 raise OverBudget(
                     f"no device class is predicted to stay within max_cost "
                     f"{workload.max_cost:g}: the cheapest, {usable[cheapest].device_class}, "
@@ -177,18 +180,22 @@ class SwitchyardPolicy:
             # Nothing is predicted to make the deadline: finish as early as possible.
             objective = {"latency": 1.0, "energy": 0.0}
         wants_cost = objective.get("cost", 0.0) > 0.0
-        idx = np.asarray(pool)
-        greedy_scores = weighted_scores(
-            completion[idx], None if mean_energy is None else mean_energy[idx], objective,
-            cost[idx] if wants_cost else None)
-        draw_completion = wait + besides + draw_ms
-        draw_scores = weighted_scores(
-            draw_completion[idx], None if draw_energy is None else draw_energy[idx], objective,
-            draw_cost[idx] if wants_cost else None)
-        greedy_at = best_index(greedy_scores, completion[idx])
-        greedy = int(idx[greedy_at])
-        pick_at = best_index(draw_scores, draw_completion[idx])
-        chosen = int(idx[pick_at])
+        idx = pool
+
+        def at(values: list[float]) -> list[float]:
+            return [values[i] for i in idx]
+
+        greedy_scores = _weighted_scores(
+            at(completion), None if mean_energy is None else at(mean_energy), objective,
+            at(cost) if wants_cost else None)
+        draw_completion = [wait[i] + besides[i] + draw_ms[i] for i in range(n)]
+        draw_scores = _weighted_scores(
+            at(draw_completion), None if draw_energy is None else at(draw_energy), objective,
+            at(draw_cost) if wants_cost else None)
+        greedy_at = _best_index(greedy_scores, at(completion))
+        greedy = idx[greedy_at]
+        pick_at = _best_index(draw_scores, at(draw_completion))
+        chosen = idx[pick_at]
         held_back = False  # an exploration held back for the best known, ready candidate
         if self.explore_when_idle:
             drawn = chosen
@@ -196,7 +203,7 @@ class SwitchyardPolicy:
                 chosen, greedy, idx, greedy_scores, wait, setup, [c.cold for c in usable],
                 mean_ms, learned, samples, [c.variant.mode for c in usable])
             held_back = chosen != drawn
-            pick_at = int(np.flatnonzero(idx == chosen)[0])
+            pick_at = idx.index(chosen)
 
         reason: Reason
         if not any(learned):
@@ -217,9 +224,11 @@ class SwitchyardPolicy:
                     "energy_j": energy[i],
                     "cost": float(cost[i]), "score": float(score)}
 
-        order = [int(j) for j in np.lexsort((completion[idx], greedy_scores))]
-        others = [terms(int(idx[j]), greedy_scores[j])
-                  for j in [j for j in order if int(idx[j]) != chosen][:COMPARED_OTHERS]]
+        pool_completion = at(completion)
+        order = sorted(range(len(idx)),
+                       key=lambda j: _sort_key(greedy_scores[j], pool_completion[j]))
+        others = [terms(idx[j], greedy_scores[j])
+                  for j in [j for j in order if idx[j] != chosen][:COMPARED_OTHERS]]
         return Decision(
             device_class=c.device_class,
             variant=c.variant,
@@ -241,8 +250,8 @@ class SwitchyardPolicy:
         )
 
     def _calibrate_cold(self, op: OpSpec, usable: Sequence[Candidate], learned: list[bool],
-                        samples: list[int], mean_ms: np.ndarray, draw_ms: np.ndarray,
-                        std_ms: np.ndarray, energy: list[float | None],
+                        samples: list[int], mean_ms: list[float], draw_ms: list[float],
+                        std_ms: list[float], energy: list[float | None],
                         estimated: list[bool]) -> None:
         """Lift the prior of classes with no learned model by how much slower than *their*
         priors the learned classes run this op (the smallest such slowdown; never below 1), in
@@ -273,9 +282,9 @@ class SwitchyardPolicy:
             if estimated[i] and joules is not None:
                 energy[i] = joules * factor
 
-    def _explore_only_when_idle(self, chosen: int, greedy: int, idx: np.ndarray,
-                                greedy_scores: np.ndarray, wait: np.ndarray,
-                                setup: np.ndarray, cold: list[bool], mean_ms: np.ndarray,
+    def _explore_only_when_idle(self, chosen: int, greedy: int, idx: list[int],
+                                greedy_scores: list[float], wait: list[float],
+                                setup: list[float], cold: list[bool], mean_ms: list[float],
                                 learned: list[bool], samples: list[int],
                                 usable_modes: list[str]) -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
@@ -307,15 +316,78 @@ class SwitchyardPolicy:
             # queued seconds behind the first compilations on the shared core).
             plain = [j for j, i in enumerate(idx) if not compiles[int(i)]]
             if plain and compiles[greedy]:
-                return int(idx[plain[int(np.argmin(greedy_scores[plain]))]])
+                return idx[plain[_lowest([greedy_scores[j] for j in plain])]]
             return greedy
-        return int(idx[ready[int(np.argmin(greedy_scores[ready]))]])
+        return idx[ready[_lowest([greedy_scores[j] for j in ready])]]
 
     def to_dict(self) -> dict[str, Any]:
         """name, options and state; `policy_from_dict` rebuilds it."""
         return {"name": self.name, "options": {"cold_samples": self.cold_samples,
                                                 "explore_when_idle": self.explore_when_idle},
                 "state": {}}
+
+
+def _divide(numerator: float, denominator: float) -> float:
+    """``numerator / denominator`` as NumPy divides floats: ±inf or nan for a zero
+    denominator, not ZeroDivisionError."""
+    if denominator:
+        return numerator / denominator
+    if numerator != numerator or numerator == 0.0:
+        return math.nan
+    return math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
+
+
+def _sort_key(score: float, latency: float) -> tuple[bool, float, bool, float]:
+    """Lowest score first, ties by the lower latency, nan after every number (as
+    ``np.lexsort((latency, scores))`` orders them; Python's sort is stable like it)."""
+    return (score != score, score if score == score else 0.0,
+            latency != latency, latency if latency == latency else 0.0)
+
+
+def _best_index(scores: Sequence[float], latency_ms: Sequence[float]) -> int:
+    """``best_index`` (models/decision.py) on plain floats: the index of the lowest score,
+    ties broken by the lower latency, then by the lower index."""
+    return min(range(len(scores)), key=lambda i: _sort_key(scores[i], latency_ms[i]))
+
+
+def _lowest(values: Sequence[float]) -> int:
+    """``np.argmin`` on plain floats: the first lowest, or the first nan."""
+    for i, value in enumerate(values):
+        if value != value:
+            return i
+    return min(range(len(values)), key=values.__getitem__)
+
+
+def _weighted_scores(latency_ms: list[float], energy_j: list[float] | None,
+                     objective: Mapping[str, float],
+                     cost: list[float] | None = None) -> list[float]:
+    """``weighted_scores`` (models/decision.py) on plain floats, operation for operation."""
+    w_energy = float(objective.get("energy", 0.0)) if energy_j is not None else 0.0
+    w_cost = float(objective.get("cost", 0.0)) if cost is not None else 0.0
+    w_latency = float(objective.get("latency", 1.0 - w_energy - w_cost))
+    if w_energy <= 0.0 and w_cost <= 0.0:
+        return latency_ms
+    if w_latency <= 0.0 and w_cost <= 0.0 and energy_j is not None:
+        return energy_j
+    if w_latency <= 0.0 and w_energy <= 0.0 and cost is not None:
+        return cost
+    total = w_latency + w_energy + w_cost
+    best_latency = max(_nanmin(latency_ms), 1e-12)
+    score = [w_latency * v / best_latency for v in latency_ms]
+    if energy_j is not None and w_energy > 0.0:
+        best_energy = max(_nanmin(energy_j), 1e-12)
+        score = [s + w_energy * e / best_energy for s, e in zip(score, energy_j, strict=True)]
+    if cost is not None and w_cost > 0.0:
+        priced = [v for v in cost if v > 0.0]
+        if priced:
+            cheapest = min(priced)
+            score = [s + w_cost * v / cheapest for s, v in zip(score, cost, strict=True)]
+    return [s / total for s in score]
+
+
+def _nanmin(values: Sequence[float]) -> float:
+    """``ndarray.min()``: nan when any value is nan."""
+    return math.nan if any(v != v for v in values) else min(values)
 
 
 _POLICIES: dict[str, type] = {

@@ -529,3 +529,36 @@ def test_switchyard_lifts_a_cold_class_prior_by_the_learned_classes_slowdown() -
     assert len(on_cpu) >= 5
     assert on_cpu[0].predicted_ms == pytest.approx(
         CostModel.for_class("sim-cpu-core").prior_ms(bmm, FP32))
+
+
+def test_the_plain_float_scores_are_numpys_to_the_bit() -> None:
+    """SwitchyardPolicy weighs its candidates in plain floats (models/policy.py): the scores,
+    the pick (ties by latency, nan last) and the argmin are NumPy's on the same values."""
+    from models.decision import best_index, weighted_scores
+    from models.policy import _best_index, _divide, _lowest, _weighted_scores
+
+    gen = np.random.default_rng(4)
+    objectives = [{"latency": 1.0, "energy": 0.0}, {"latency": 0.5, "energy": 0.5},
+                  {"latency": 0.0, "energy": 1.0}, {"latency": 0.6, "energy": 0.0, "cost": 0.4},
+                  {"latency": 0.0, "energy": 0.0, "cost": 1.0},
+                  {"latency": 0.4, "energy": 0.3, "cost": 0.3}]
+    for trial in range(500):
+        n = int(gen.integers(1, 9))
+        latency = gen.choice([0.5, 1.0, 3.0, 7.25], n) if trial % 3 == 0 else gen.uniform(0, 99, n)
+        energy = gen.uniform(0.01, 5, n)
+        cost = gen.choice([0.0, 1e-6, 3e-6], n)
+        if trial % 7 == 0:
+            latency[int(gen.integers(n))] = np.nan
+        if trial % 11 == 0:
+            latency[int(gen.integers(n))] = np.inf
+        objective = objectives[trial % len(objectives)]
+        with np.errstate(invalid="ignore"):
+            expected = weighted_scores(latency, energy, objective, cost)
+        got = _weighted_scores(list(latency), list(energy), objective, list(cost))
+        np.testing.assert_array_equal(np.asarray(got, dtype=float), expected)
+        assert _best_index(got, list(latency)) == best_index(expected, latency)
+        assert _lowest(list(latency)) == int(np.argmin(latency))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for num, den in [(3.0, 0.0), (-3.0, 0.0), (3.0, -0.0), (0.0, 0.0), (6.0, 4.0)]:
+            assert np.array_equal(_divide(num, den), np.float64(num) / np.float64(den),
+                                  equal_nan=True)

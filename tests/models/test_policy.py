@@ -554,10 +554,13 @@ def test_the_plain_float_scores_are_numpys_to_the_bit() -> None:
         objective = objectives[trial % len(objectives)]
         with np.errstate(invalid="ignore"):
             expected = weighted_scores(latency, energy, objective, cost)
-        got = _weighted_scores(list(latency), list(energy), objective, list(cost))
+        # Plain Python floats, as the policy has them.
+        plain_latency = [float(v) for v in latency]
+        got = _weighted_scores(plain_latency, [float(v) for v in energy], objective,
+                               [float(v) for v in cost])
         np.testing.assert_array_equal(np.asarray(got, dtype=float), expected)
-        assert _best_index(got, list(latency)) == best_index(expected, latency)
-        assert _lowest(list(latency)) == int(np.argmin(latency))
+        assert _best_index(got, plain_latency) == best_index(expected, latency)
+        assert _lowest(plain_latency) == int(np.argmin(latency))
     with np.errstate(divide="ignore", invalid="ignore"):
         for num, den in [(3.0, 0.0), (-3.0, 0.0), (3.0, -0.0), (0.0, 0.0), (6.0, 4.0)]:
             assert np.array_equal(_divide(num, den), np.float64(num) / np.float64(den),

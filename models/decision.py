@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from models.history import HistoryModel
 from models.ops import OpSpec, Variant
 from models.workload import Workload
 
+T = TypeVar("T")
+
 __all__ = [
     "Candidate",
     "Decision",
@@ -26,9 +28,15 @@ __all__ = [
     "Policy",
     "PriorModels",
     "Reason",
+    "best_index_plain",
     "class_representatives",
+    "divide_plain",
     "eligible_candidates",
+    "lowest_plain",
+    "objective_weights",
+    "score_order_key",
     "weighted_scores",
+    "weighted_scores_plain",
 ]
 
 Reason = Literal["explore", "exploit", "fallback"]
@@ -193,6 +201,24 @@ class PriorModels:
         return model.predict_one(workload.op, c.variant), model.version if learned else 0
 
 
+def objective_weights(objective: Mapping[str, float], latency: T, energy: T | None,
+                      cost: T | None) -> tuple[float, float, float, T | None]:
+    """The latency, energy and cost weights of ``objective`` (a term given as None weighs 0),
+    and the term that decides alone when no other weighs anything (None for a mix): what
+    `weighted_scores` and `weighted_scores_plain` share."""
+    w_energy = float(objective.get("energy", 0.0)) if energy is not None else 0.0
+    w_cost = float(objective.get("cost", 0.0)) if cost is not None else 0.0
+    w_latency = float(objective.get("latency", 1.0 - w_energy - w_cost))
+    alone: T | None = None
+    if w_energy <= 0.0 and w_cost <= 0.0:
+        alone = latency
+    elif w_latency <= 0.0 and w_cost <= 0.0 and energy is not None:
+        alone = energy
+    elif w_latency <= 0.0 and w_energy <= 0.0 and cost is not None:
+        alone = cost
+    return w_latency, w_energy, w_cost, alone
+
+
 def weighted_scores(
     latency_ms: np.ndarray, energy_j: np.ndarray | None, objective: Mapping[str, float],
     cost: np.ndarray | None = None,
@@ -202,15 +228,9 @@ def weighted_scores(
     best"; for cost, the cheapest priced one, so a free candidate scores 0) and weighted.
     ``energy_j``/``cost`` None means that term is left out. Ties (free candidates under a
     pure cost objective) are broken by `best_index`."""
-    w_energy = float(objective.get("energy", 0.0)) if energy_j is not None else 0.0
-    w_cost = float(objective.get("cost", 0.0)) if cost is not None else 0.0
-    w_latency = float(objective.get("latency", 1.0 - w_energy - w_cost))
-    if w_energy <= 0.0 and w_cost <= 0.0:
-        return latency_ms
-    if w_latency <= 0.0 and w_cost <= 0.0 and energy_j is not None:
-        return energy_j
-    if w_latency <= 0.0 and w_energy <= 0.0 and cost is not None:
-        return cost
+    w_latency, w_energy, w_cost, alone = objective_weights(objective, latency_ms, energy_j, cost)
+    if alone is not None:
+        return alone
     total = w_latency + w_energy + w_cost
     best_latency = max(float(latency_ms.min()), 1e-12)
     score = w_latency * latency_ms / best_latency
@@ -226,6 +246,66 @@ def weighted_scores(
 def best_index(scores: np.ndarray, latency_ms: np.ndarray) -> int:
     """The index of the lowest score, ties broken by the lower latency."""
     return int(np.lexsort((latency_ms, scores))[0])
+
+
+# The same on plain floats: the switchyard policy weighs a handful of candidates per decision,
+# where each NumPy operation cost more than the arithmetic; the operations and their order are
+# NumPy's, so the results are the same to the bit (tests/models/test_policy.py).
+def divide_plain(numerator: float, denominator: float) -> float:
+    """``numerator / denominator`` as NumPy divides floats: ±inf or nan for a zero
+    denominator, not ZeroDivisionError."""
+    if denominator:
+        return numerator / denominator
+    if numerator != numerator or numerator == 0.0:
+        return math.nan
+    return math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
+
+
+def score_order_key(score: float, latency: float) -> tuple[bool, float, bool, float]:
+    """Lowest score first, ties by the lower latency, nan after every number (as
+    ``np.lexsort((latency, scores))`` orders them; Python's sort is stable like it)."""
+    return (score != score, score if score == score else 0.0,
+            latency != latency, latency if latency == latency else 0.0)
+
+
+def best_index_plain(scores: Sequence[float], latency_ms: Sequence[float]) -> int:
+    """`best_index` on plain floats: the index of the lowest score,
+    ties broken by the lower latency, then by the lower index."""
+    return min(range(len(scores)), key=lambda i: score_order_key(scores[i], latency_ms[i]))
+
+
+def lowest_plain(values: Sequence[float]) -> int:
+    """``np.argmin`` on plain floats: the first lowest, or the first nan."""
+    for i, value in enumerate(values):
+        if value != value:
+            return i
+    return min(range(len(values)), key=values.__getitem__)
+
+
+def weighted_scores_plain(latency_ms: list[float], energy_j: list[float] | None,
+                          objective: Mapping[str, float],
+                          cost: list[float] | None = None) -> list[float]:
+    """`weighted_scores` on plain floats, operation for operation."""
+    w_latency, w_energy, w_cost, alone = objective_weights(objective, latency_ms, energy_j, cost)
+    if alone is not None:
+        return alone
+    total = w_latency + w_energy + w_cost
+    best_latency = max(_nanmin(latency_ms), 1e-12)
+    score = [w_latency * v / best_latency for v in latency_ms]
+    if energy_j is not None and w_energy > 0.0:
+        best_energy = max(_nanmin(energy_j), 1e-12)
+        score = [s + w_energy * e / best_energy for s, e in zip(score, energy_j, strict=True)]
+    if cost is not None and w_cost > 0.0:
+        priced = [v for v in cost if v > 0.0]
+        if priced:
+            cheapest = min(priced)
+            score = [s + w_cost * v / cheapest for s, v in zip(score, cost, strict=True)]
+    return [s / total for s in score]
+
+
+def _nanmin(values: Sequence[float]) -> float:
+    """``ndarray.min()``: nan when any value is nan."""
+    return math.nan if any(v != v for v in values) else min(values)
 
 
 def meets(deadline_ms: float | None, completion_ms: float) -> bool:

@@ -48,8 +48,13 @@ from models.decision import (
     Policy,
     PriorModels,
     Reason,
+    best_index_plain,
+    divide_plain,
     eligible_candidates,
+    lowest_plain,
     meets,
+    score_order_key,
+    weighted_scores_plain,
 )
 from models.history import HistoryModel
 from models.ops import OpSpec
@@ -154,7 +159,7 @@ class SwitchyardPolicy:
         if wants_energy and not energy_fallback:
             mean_energy = [float(e) for e in energy if e is not None]
             # Energy ~ power x time: the draw scales the energy by the sampled time ratio.
-            draw_energy = [_divide(mean_energy[i] * draw_ms[i], mean_ms[i]) for i in range(n)]
+            draw_energy = [divide_plain(mean_energy[i] * draw_ms[i], mean_ms[i]) for i in range(n)]
         if energy_fallback:
             objective = {"latency": 1.0 - objective.get("cost", 0.0), "energy": 0.0,
                          "cost": objective.get("cost", 0.0)}
@@ -168,7 +173,7 @@ class SwitchyardPolicy:
         if workload.max_cost is not None:
             allowed = [i for i in allowed if cost[i] <= workload.max_cost * (1 + 1e-9)]
             if not allowed:
-                cheapest = _lowest(cost)
+                cheapest = lowest_plain(cost)
                 raise OverBudget(
                     f"no device class is predicted to stay within max_cost "
                     f"{workload.max_cost:g}: the cheapest, {usable[cheapest].device_class}, "
@@ -185,16 +190,16 @@ class SwitchyardPolicy:
         def at(values: list[float]) -> list[float]:
             return [values[i] for i in idx]
 
-        greedy_scores = _weighted_scores(
+        greedy_scores = weighted_scores_plain(
             at(completion), None if mean_energy is None else at(mean_energy), objective,
             at(cost) if wants_cost else None)
         draw_completion = [wait[i] + besides[i] + draw_ms[i] for i in range(n)]
-        draw_scores = _weighted_scores(
+        draw_scores = weighted_scores_plain(
             at(draw_completion), None if draw_energy is None else at(draw_energy), objective,
             at(draw_cost) if wants_cost else None)
-        greedy_at = _best_index(greedy_scores, at(completion))
+        greedy_at = best_index_plain(greedy_scores, at(completion))
         greedy = idx[greedy_at]
-        pick_at = _best_index(draw_scores, at(draw_completion))
+        pick_at = best_index_plain(draw_scores, at(draw_completion))
         chosen = idx[pick_at]
         held_back = False  # an exploration held back for the best known, ready candidate
         if self.explore_when_idle:
@@ -226,7 +231,7 @@ class SwitchyardPolicy:
 
         pool_completion = at(completion)
         order = sorted(range(len(idx)),
-                       key=lambda j: _sort_key(greedy_scores[j], pool_completion[j]))
+                       key=lambda j: score_order_key(greedy_scores[j], pool_completion[j]))
         others = [terms(idx[j], greedy_scores[j])
                   for j in [j for j in order if idx[j] != chosen][:COMPARED_OTHERS]]
         return Decision(
@@ -316,78 +321,15 @@ class SwitchyardPolicy:
             # queued seconds behind the first compilations on the shared core).
             plain = [j for j, i in enumerate(idx) if not compiles[int(i)]]
             if plain and compiles[greedy]:
-                return idx[plain[_lowest([greedy_scores[j] for j in plain])]]
+                return idx[plain[lowest_plain([greedy_scores[j] for j in plain])]]
             return greedy
-        return idx[ready[_lowest([greedy_scores[j] for j in ready])]]
+        return idx[ready[lowest_plain([greedy_scores[j] for j in ready])]]
 
     def to_dict(self) -> dict[str, Any]:
         """name, options and state; `policy_from_dict` rebuilds it."""
         return {"name": self.name, "options": {"cold_samples": self.cold_samples,
                                                 "explore_when_idle": self.explore_when_idle},
                 "state": {}}
-
-
-def _divide(numerator: float, denominator: float) -> float:
-    """``numerator / denominator`` as NumPy divides floats: ±inf or nan for a zero
-    denominator, not ZeroDivisionError."""
-    if denominator:
-        return numerator / denominator
-    if numerator != numerator or numerator == 0.0:
-        return math.nan
-    return math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
-
-
-def _sort_key(score: float, latency: float) -> tuple[bool, float, bool, float]:
-    """Lowest score first, ties by the lower latency, nan after every number (as
-    ``np.lexsort((latency, scores))`` orders them; Python's sort is stable like it)."""
-    return (score != score, score if score == score else 0.0,
-            latency != latency, latency if latency == latency else 0.0)
-
-
-def _best_index(scores: Sequence[float], latency_ms: Sequence[float]) -> int:
-    """``best_index`` (models/decision.py) on plain floats: the index of the lowest score,
-    ties broken by the lower latency, then by the lower index."""
-    return min(range(len(scores)), key=lambda i: _sort_key(scores[i], latency_ms[i]))
-
-
-def _lowest(values: Sequence[float]) -> int:
-    """``np.argmin`` on plain floats: the first lowest, or the first nan."""
-    for i, value in enumerate(values):
-        if value != value:
-            return i
-    return min(range(len(values)), key=values.__getitem__)
-
-
-def _weighted_scores(latency_ms: list[float], energy_j: list[float] | None,
-                     objective: Mapping[str, float],
-                     cost: list[float] | None = None) -> list[float]:
-    """``weighted_scores`` (models/decision.py) on plain floats, operation for operation."""
-    w_energy = float(objective.get("energy", 0.0)) if energy_j is not None else 0.0
-    w_cost = float(objective.get("cost", 0.0)) if cost is not None else 0.0
-    w_latency = float(objective.get("latency", 1.0 - w_energy - w_cost))
-    if w_energy <= 0.0 and w_cost <= 0.0:
-        return latency_ms
-    if w_latency <= 0.0 and w_cost <= 0.0 and energy_j is not None:
-        return energy_j
-    if w_latency <= 0.0 and w_energy <= 0.0 and cost is not None:
-        return cost
-    total = w_latency + w_energy + w_cost
-    best_latency = max(_nanmin(latency_ms), 1e-12)
-    score = [w_latency * v / best_latency for v in latency_ms]
-    if energy_j is not None and w_energy > 0.0:
-        best_energy = max(_nanmin(energy_j), 1e-12)
-        score = [s + w_energy * e / best_energy for s, e in zip(score, energy_j, strict=True)]
-    if cost is not None and w_cost > 0.0:
-        priced = [v for v in cost if v > 0.0]
-        if priced:
-            cheapest = min(priced)
-            score = [s + w_cost * v / cheapest for s, v in zip(score, cost, strict=True)]
-    return [s / total for s in score]
-
-
-def _nanmin(values: Sequence[float]) -> float:
-    """``ndarray.min()``: nan when any value is nan."""
-    return math.nan if any(v != v for v in values) else min(values)
 
 
 _POLICIES: dict[str, type] = {

@@ -535,7 +535,10 @@ def test_the_plain_float_scores_are_numpys_to_the_bit() -> None:
     """SwitchyardPolicy weighs its candidates in plain floats (models/policy.py): the scores,
     the pick (ties by latency, nan last) and the argmin are NumPy's on the same values."""
     from models.decision import best_index, weighted_scores
-    from models.policy import _best_index, _divide, _lowest, _weighted_scores
+    from models.decision import best_index_plain as _best_index
+    from models.decision import divide_plain as _divide
+    from models.decision import lowest_plain as _lowest
+    from models.decision import weighted_scores_plain as _weighted_scores
 
     gen = np.random.default_rng(4)
     objectives = [{"latency": 1.0, "energy": 0.0}, {"latency": 0.5, "energy": 0.5},

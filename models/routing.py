@@ -26,6 +26,7 @@ from models.costmodel import CostModelLike
 from models.decision import Candidate, Decision, Policy
 from models.handling import Handling
 from models.history import HistoryModel
+from models.ops import Variant
 from models.probing import ProbeOption
 from models.registry import ClassView, class_variants
 from models.setup import WarmRoutes, expected_setup_ms, setup_known
@@ -55,7 +56,12 @@ class Snapshot:
 def warm_key(workload: Workload,
              candidate: Candidate | Decision | ProbeOption) -> tuple[str, str, str]:
     """The (shape, precision, mode) a class keeps warm once it has run it."""
-    return (workload.op.signature(), candidate.variant.precision, candidate.variant.mode)
+    return shape_key(workload.op.signature(), candidate.variant)
+
+
+def shape_key(signature: str, variant: Variant) -> tuple[str, str, str]:
+    """`warm_key` from an op's signature (computed once per workload) and a variant."""
+    return (signature, variant.precision, variant.mode)
 
 
 def io_bytes(workload: Workload) -> int:
@@ -87,7 +93,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes) -> list[Can
                 nbytes = io_bytes(workload)
             transfer_ms = predict_transfer_ms(view.link, stored_transfer, nbytes)
         setup_ms, cold = 0.0, False
-        if not warm.is_warm(device_class, (signature, variant.precision, variant.mode)):
+        if not warm.is_warm(device_class, shape_key(signature, variant)):
             stored = snapshot.setup.get(device_class)
             setup_ms = expected_setup_ms(stored, kind, variant.mode)
             cold = not setup_known(stored, kind, variant.mode)

@@ -399,6 +399,28 @@ def wire_defaults(record: type[_Wire]) -> dict[str, Any]:
     return dict(record._options.defaults)
 
 
+def row_maker(record: type[_Wire], row_type: type[types.SimpleNamespace]
+              ) -> typing.Callable[[dict[str, Any]], Any]:
+    """A maker of ``row_type`` rows from decoded, already checked fields of ``record``: each
+    field the record declares with a kind (`wire_fields`) as a plain attribute, defaults
+    filled in, unknown fields left out. A stage's hot path reads these instead of a Faust
+    record, whose construction and field descriptors cost more than the stage's own work
+    (``wire_bytes(record, vars(row))`` is the record's bytes)."""
+    required, optional = wire_fields(record)
+    names = frozenset(required) | frozenset(optional)
+    defaults = {name: value for name, value in wire_defaults(record).items() if name in optional}
+
+    def make(data: dict[str, Any]) -> Any:
+        row = row_type()
+        fields = row.__dict__  # filled in place: a third of the cost of row_type(**merged)
+        fields.update(defaults)
+        fields.update(data if data.keys() <= names
+                      else {k: v for k, v in data.items() if k in names})
+        return row
+
+    return make
+
+
 def wire_fields(record: type[_Wire]) -> tuple[dict[str, str], dict[str, str]]:
     """The required and the optional fields of a wire record, each with its kind, derived from
     the record itself: a field without a default is required. Every stage that parses a record

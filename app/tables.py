@@ -2,7 +2,7 @@
 
 | table | key | value | who writes | partitioning |
 |---|---|---|---|---|
-| completed | workload id (bytes) | its one result (changelog = switchyard.results) | complete | by workload id |
+| completed | workload id (bytes) | its one result, `ResultRecord` JSON bytes (changelog = switchyard.results) | complete | by workload id |
 | inflight | "<partition>:<first offset>" of a decide batch | its routed, unfinished work by workload id (models/inflight.py) | decide, complete | by workload partition |
 | input_offsets | "<topic>#<partition>" | the next workload/outcome offset the stage expects (app/gaps.py) | decide, complete | by workload id |
 | devices (global) | device id | last heartbeat and when it was seen | registry | by device class |
@@ -33,7 +33,6 @@ from datetime import timedelta
 from typing import Any
 
 from app.main import app, settings
-from app.records import ResultRecord
 from app.topics import RESULTS
 
 
@@ -66,7 +65,10 @@ completed = app.Table(
     "completed", **store(),
     # bytes keys are written raw: the results topic's keys are the plain UTF-8 workload ids.
     key_type=bytes,
-    value_type=ResultRecord,
+    # Values are a ``ResultRecord``'s JSON bytes, written as the complete stage made them
+    # (agents/complete.py ``result_bytes``): the table serialised a Faust record twice per
+    # result (changelog and store), the most of the complete stage's cost.
+    value_type=bytes,  # serialised "raw" (Faust's serialiser for bytes)
     partitions=settings.workload_partitions,
     # The completion table's changelog *is* the contract's results topic: setting a key and
     # publishing the one result are the same write, and recovery rebuilds the set of completed
@@ -74,9 +76,9 @@ completed = app.Table(
     changelog_topic=app.topic(
         RESULTS,
         key_type=bytes,
-        value_type=ResultRecord,
+        value_type=bytes,
         key_serializer="raw",
-        value_serializer="json",
+        value_serializer="raw",
         partitions=settings.workload_partitions,
         compacting=True,
         deleting=True,

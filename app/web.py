@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 from faust import web
 
 from agents import state
@@ -128,10 +129,11 @@ def decisions_view(limit: int = DECISION_LIMIT) -> list[dict[str, Any]]:
     recent = webviews.recent_decisions(state.recent_decisions(), limit)
     for decision in recent:
         if decision.get("measured_ms") is None and decision.get("id"):
-            result = completed.get(str(decision["id"]).encode())
-            if result is not None:
-                decision.update(measured_ms=result.latency_ms, queue_ms=result.queue_ms,
-                                status=result.status, device_id=result.device_id)
+            stored = completed.get(str(decision["id"]).encode())
+            if stored is not None:  # a ResultRecord's JSON (app/tables.py)
+                result = orjson.loads(stored)
+                decision.update(measured_ms=result["latency_ms"], queue_ms=result["queue_ms"],
+                                status=result["status"], device_id=result["device_id"])
     return recent
 
 

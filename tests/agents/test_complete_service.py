@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from agents.complete import service_ms
-from app.records import ResultRecord
+from agents.complete import Outcome, check_outcome, service_ms
 
 
-def outcome(**fields: object) -> ResultRecord:
+def outcome(**fields: object) -> Outcome:
     base = {"id": "w", "status": "ok", "device_id": "d", "device_class": "c",
             "variant": {"precision": "fp32", "mode": "eager"}, "latency_ms": 10.0,
             "queue_ms": 40.0}
-    return ResultRecord(**{**base, **fields})
+    return check_outcome({**base, **fields})
 
 
 def test_service_time_is_taken_from_the_outcome_timestamps() -> None:

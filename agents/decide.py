@@ -144,6 +144,7 @@ class Routed:
     partition: int
     offset: int | None
     delivery: Any
+    io_bytes: int  # what its executor takes in and gives out (models/routing.py ``io_bytes``)
     route_partition: int | None = None  # the device's partition it was sent to (None: by key)
 
 
@@ -202,7 +203,8 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
         {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms, now)
          for c, view in snapshot.classes.items()},
         snapshot.backlog_ms)
-    candidates = offers(workload, snapshot, warm_routes)
+    nbytes = io_bytes(workload)
+    candidates = offers(workload, snapshot, warm_routes, nbytes)
     if not candidates:
         return None
     history_view = (history_model(sorted({c.device_class for c in candidates}))
@@ -218,7 +220,7 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     # leave together, and Faust's pre-commit flush still covers them.
     delivery = await send_record(app, topic.get_topic_name(), workload.id.encode(),
                                  wire_bytes(RouteRecord, fields), lane)
-    return Routed(workload, decision, fields, partition, offset, delivery, lane)
+    return Routed(workload, decision, fields, partition, offset, delivery, nbytes, lane)
 
 
 def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
@@ -239,7 +241,7 @@ def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
     observability.inc("switchyard_decisions_total", device_class=device_class,
                       policy=policy.name, reason=str(route["reason"]))
     entry = inflight_entry(route, routed.decision.setup_ms, routed.partition, routed.offset,
-                           routed.decision.handling_ms, io_bytes(workload))
+                           routed.decision.handling_ms, routed.io_bytes)
     if routed.route_partition is not None:
         entry["route_partition"] = routed.route_partition
     state.add_inflight(key, routed.partition, workload.id, entry, previous)

@@ -77,11 +77,25 @@ def _key(name: str, labels: Mapping[str, str] | None) -> tuple[str, Labels]:
     return name, items
 
 
+# The checked key of each (name, labels as passed) a counter was increased with: the stages
+# count every workload, and checking the names and sorting the labels each time cost more
+# than the count. Bounded: cleared when it reaches _KEY_CACHE_SIZE (label values come from
+# input, e.g. device classes).
+_key_cache: dict[tuple[object, ...], tuple[str, Labels]] = {}
+_KEY_CACHE_SIZE = 4096
+
+
 def inc(name: str, amount: float = 1.0, **labels: str) -> None:
     """Add ``amount`` (>= 0: counters only go up) to a counter."""
     if amount < 0:
         raise ValueError(f"counter {name} cannot decrease (amount {amount})")
-    key = _key(name, labels)
+    asked = (name, *labels.items())
+    key = _key_cache.get(asked)
+    if key is None:
+        key = _key(name, labels)
+        if len(_key_cache) >= _KEY_CACHE_SIZE:
+            _key_cache.clear()
+        _key_cache[asked] = key
     with _lock:
         _counters[key] += amount
 

@@ -160,6 +160,12 @@ class Backlog:
         """This worker's work routed to one partition of a class's route topic."""
         return self._lanes.get((device_class, partition)) or Held()
 
+    def lanes(self, device_class: str, partitions: Iterable[int]) -> list[Held | None]:
+        """This worker's work on each of the given partitions of a class (None: never routed
+        to since the last rebuild); read-only."""
+        get = self._lanes.get
+        return [get((device_class, p)) for p in partitions]
+
     def lanes_version(self, device_class: str) -> tuple[int, int]:
         """Changes whenever a lane of ``device_class`` does."""
         return self._epoch, self._lane_changes.get(device_class, 0)

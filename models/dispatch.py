@@ -42,19 +42,33 @@ def _least_loaded(backlog: Backlog, view: ClassView,
 
 def _scan(backlog: Backlog, view: ClassView,
           per_workload_ms: float) -> tuple[float, int, int, float | None] | None:
-    best: tuple[float, tuple[float, int, int, float | None]] | None = None
+    """`_least_loaded` without the memo: one pass over each device's partitions (a lane this
+    worker never routed to holds nothing and is read as empty, not built)."""
+    best: tuple[float, int, int, float | None] | None = None
+    best_load = 0.0
     for _, partitions in view.route_partitions:
         if not partitions:
             continue  # more executors than partitions: this one has none to be sent to
-        held = {p: backlog.lane(view.device_class, p) for p in partitions}
-        partition = min(partitions, key=lambda p: (_load(held[p], per_workload_ms), p))
-        oldest = [t for h in held.values() if (t := h.working_since_ms()) is not None]
-        routed = (sum(h.ms for h in held.values()), sum(h.count for h in held.values()),
-                  partition, min(oldest) if oldest else None)
-        load = routed[0] + routed[1] * per_workload_ms
-        if best is None or load < best[0]:
-            best = (load, routed)
-    return None if best is None else best[1]
+        ms, count, oldest = 0.0, 0, None
+        partition, partition_load = -1, 0.0
+        for p, held in zip(partitions, backlog.lanes(view.device_class, partitions),
+                           strict=True):
+            load = 0.0
+            if held is not None:
+                ms += held.ms
+                count += held.count
+                load = _load(held, per_workload_ms)
+                since = held.working_since_ms()
+                if since is not None and (oldest is None or since < oldest):
+                    oldest = since
+            # the least-loaded partition; ties: the lowest partition
+            if partition < 0 or load < partition_load or (load == partition_load
+                                                          and p < partition):
+                partition, partition_load = p, load
+        load = ms + count * per_workload_ms
+        if best is None or load < best_load:
+            best, best_load = (ms, count, partition, oldest), load
+    return best
 
 
 def route_partition(backlog: Backlog, view: ClassView, per_workload_ms: float = 0.0) -> int | None:

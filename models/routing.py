@@ -70,15 +70,16 @@ def io_bytes(workload: Workload) -> int:
     return sum(transfer_bytes(workload.op, workload.inputs))
 
 
-def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes) -> list[Candidate]:
+def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
+           nbytes: int | None = None) -> list[Candidate]:
     """Every (live class, variant) that can run ``workload``, with its class's backlog, the
     expected setup charged where the class has probably not run this shape and variant, the
     class's expected handling around the execution and, for a class behind a link, the
-    expected transfer of the workload's bytes and its price."""
+    expected transfer of the workload's bytes and its price. ``nbytes``: the workload's
+    `io_bytes` where the caller has them (computed here when needed otherwise)."""
     out = []
     kind = workload.op.kind
     signature = workload.op.signature()
-    nbytes: int | None = None
     handling = snapshot.handling
     backlog_ms, waits = snapshot.backlog_ms, snapshot.device_wait_ms
     for device_class, view, variant in class_variants(workload, snapshot.classes):

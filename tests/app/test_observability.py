@@ -43,6 +43,21 @@ def test_counters_add_up_per_label_set_and_in_total() -> None:
     assert parsed[("switchyard_results_total", (("device_class", "b"), ("status", "error")))] == 1
 
 
+def test_labels_in_another_order_are_the_same_series_and_the_key_cache_is_bounded() -> None:
+    """``inc`` remembers each checked key as it was asked for (name and labels in call order):
+    another order still counts to one series, and the memo is cleared at its bound."""
+    observability.inc("switchyard_results_total", device_class="a", status="ok")
+    observability.inc("switchyard_results_total", status="ok", device_class="a")
+    assert samples()[("switchyard_results_total", (("device_class", "a"), ("status", "ok")))] == 2
+    for i in range(observability._KEY_CACHE_SIZE + 10):
+        observability.inc("switchyard_results_total", device_class=f"c{i}", status="ok")
+    assert len(observability._key_cache) <= observability._KEY_CACHE_SIZE
+    assert observability.counter_value("switchyard_results_total", device_class="c0",
+                                       status="ok") == 1
+    with pytest.raises(ValueError, match="label name"):  # still checked when not remembered
+        observability.inc("switchyard_results_total", **{"bad-label": "x"})
+
+
 def test_exposition_types_and_help_once_per_metric() -> None:
     observability.inc("switchyard_decisions_total", device_class="a", policy="p", reason="explore")
     observability.inc("switchyard_decisions_total", device_class="b", policy="p", reason="exploit")

@@ -210,3 +210,51 @@ def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> N
     waits = colocated_waits(classes, core_sharing(classes),
                             {"torch-cpu-x86": 25.0, "jax-cpu-x86": None}, backlog)
     assert waits["jax-cpu-x86"] == 100.0 + 25.0
+
+
+def _reference_scan(backlog: Backlog, view: ClassView,
+                    per_workload_ms: float) -> tuple[float, int, int, float | None] | None:
+    """The least-loaded device and partition, spelled out (each lane read through
+    ``Backlog.lane``): what `_scan` computes in one pass."""
+    best = None
+    for _, partitions in view.route_partitions:
+        if not partitions:
+            continue
+        held = {p: backlog.lane(view.device_class, p) for p in partitions}
+        partition = min(partitions, key=lambda p: (held[p].ms + held[p].count * per_workload_ms,
+                                                   p))
+        oldest = [t for h in held.values() if (t := h.working_since_ms()) is not None]
+        found = (sum(h.ms for h in held.values()), sum(h.count for h in held.values()),
+                 partition, min(oldest) if oldest else None)
+        load = found[0] + found[1] * per_workload_ms
+        if best is None or load < best[0]:
+            best = (load, found)
+    return None if best is None else best[1]
+
+
+def test_the_one_pass_scan_agrees_with_the_spelled_out_one() -> None:
+    """Random lanes (entries routed and released, ties, lanes never routed to, devices
+    without partitions): the same device, partition, totals and oldest routing time."""
+    import random
+
+    from models.dispatch import _scan
+
+    rng = random.Random(7)
+    for _ in range(400):
+        backlog, count = Backlog(), rng.randint(1, 12)
+        parts = list(range(count))
+        rng.shuffle(parts)
+        devices = rng.randint(1, 4)
+        view = ClassView(device_class="c", live_instances=devices, capabilities=frozenset(),
+                         route_partitions=tuple((f"d{d}", tuple(sorted(parts[d::devices])))
+                                                for d in range(devices)))
+        entries = [{"device_class": "c", "charged_ms": rng.choice([0.0, 1.0, 2.5, rng.random()]),
+                    "route_partition": rng.randrange(count + 1),
+                    "decided_at_ms": rng.choice([100, 200, rng.randint(0, 1000)])}
+                   for _ in range(rng.randint(0, 30))]
+        for entry in entries:
+            backlog.add_entry(entry)
+        for entry in entries[:rng.randint(0, len(entries))]:
+            backlog.remove_entry(entry, rng.choice([None, 150.0, 500.0]))
+        for overhead in (0.0, 0.5, 8.0):
+            assert _scan(backlog, view, overhead) == _reference_scan(backlog, view, overhead)

@@ -4,8 +4,10 @@ An outcomes record is one outcome or a batch of them (docs/contract.md); a malfo
 of a batch is dead-lettered alone (its own bytes), the others complete.
 
 The completion table's changelog is the results topic, so writing ``completed[id]`` is the
-publication itself; a later outcome for the same id (a redelivered route, a re-routed
-workload whose first device was only slow) is a duplicate and is dropped.
+publication itself (``write_through``: the result's bytes into the store and its changelog
+record straight to the producer, checked at the next batch); a later outcome for the same id
+(a redelivered route, a re-routed workload whose first device was only slow) is a duplicate
+and is dropped.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import orjson
 from agents import state
 from app import observability
 from app.faust_patches import take_batches as batches
+from app.faust_patches import write_through
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
+from app.producing import Deliveries
 from app.records import OUTCOME_BATCH_VERSION, ResultRecord, row_maker, wire_bytes, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import completed, input_offsets
@@ -30,6 +34,8 @@ from models.handling import handling_ms
 
 logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
+# Result deliveries not yet acknowledged (checked at each batch: a failed one stops the worker).
+results_sent = Deliveries("a result")
 REQUIRED, OPTIONAL = wire_fields(ResultRecord)
 
 
@@ -90,6 +96,12 @@ async def complete(stream: Any) -> None:
     Outcomes the consumer skipped are read back first (app/gaps.py)."""
     async for batch in batches(stream, settings.complete_batch_size,
                                settings.complete_batch_within_s):
+        try:
+            results_sent.check()
+        except RuntimeError as exc:
+            logger.critical("%s; stopping the worker", exc)
+            await app.crash(exc)
+            return
         began = time.thread_time()
         events = await guard.fill(batch)
         observability.count_batch("complete", len(events))
@@ -110,10 +122,10 @@ async def complete_one(event: Any) -> None:
     for reason, raw in refused:
         await dead_letter("complete", event, reason, raw)
     for outcome in outcomes:
-        complete_outcome(outcome)
+        await complete_outcome(outcome)
 
 
-def complete_outcome(outcome: Outcome) -> None:
+async def complete_outcome(outcome: Outcome) -> None:
     """Turn one outcome into the workload's result, unless it already has one."""
     if outcome.id.encode() in completed:
         observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
@@ -124,8 +136,10 @@ def complete_outcome(outcome: Outcome) -> None:
     if entry:
         outcome.submitted_at_ms = outcome.submitted_at_ms or entry["workload"].get(
             "submitted_at_ms")
-    # The changelog write *is* the result on the topic.
-    completed[outcome.id.encode()] = result_bytes(outcome)
+    # The changelog write *is* the result on the topic; handed to the producer, not awaited
+    # (app/faust_patches.py::write_through; Faust flushes it before committing the outcome).
+    results_sent.add(await write_through(app, completed, outcome.id.encode(),
+                                         result_bytes(outcome)))
     observability.inc("switchyard_results_total", device_class=outcome.device_class,
                       status=outcome.status)
     if entry:

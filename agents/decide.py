@@ -29,6 +29,7 @@ from app.faust_patches import send_record
 from app.faust_patches import take_batches as batches
 from app.gaps import OffsetGuard
 from app.main import app, settings, topics
+from app.producing import Deliveries
 from app.records import RouteRecord, wire_bytes
 from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, history, input_offsets, models
@@ -81,7 +82,7 @@ _model_cache: dict[str, tuple[int, CostModel]] = {}
 _history_cache: list[Any] = []
 _declared_classes: set[str] = set()
 # Route deliveries not yet acknowledged (checked at each batch: a failed one stops the worker).
-_unacked: list[Any] = []
+routes_sent = Deliveries("a route")
 # Live classes and learned models as last read, refreshed at most every VIEW_REFRESH_S: a
 # tenth of the heartbeat period, far below the device timeout, so staleness is harmless.
 VIEW_REFRESH_S = 0.1
@@ -247,18 +248,6 @@ def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
     state.add_inflight(key, routed.partition, workload.id, entry, previous)
 
 
-def check_deliveries() -> None:
-    """Raise the error of a route the producer gave up on (the worker then stops, and the
-    workload offsets past it stay uncommitted); forget the acknowledged ones."""
-    pending = []
-    for delivery in _unacked:
-        if not delivery.done():
-            pending.append(delivery)
-        elif not delivery.cancelled() and delivery.exception() is not None:
-            raise RuntimeError(f"a route could not be published: {delivery.exception()!r}")
-    _unacked[:] = pending
-
-
 async def route(workload: Workload, partition: int, attempt: int,
                 previous: InflightEntry | None) -> Decision | None:
     """Decide, send, await the ack and remember one workload (the re-route path)."""
@@ -302,7 +291,7 @@ async def decide(stream: Any) -> None:
     async for batch in batches(stream, settings.decide_batch_size,
                                settings.decide_batch_within_s):
         try:
-            check_deliveries()
+            routes_sent.check()
         except RuntimeError as exc:
             logger.critical("%s; stopping the worker", exc)
             await app.crash(exc)
@@ -369,7 +358,7 @@ async def decide_batch(batch: list[Any]) -> None:
             continue
         with event_context(event):
             remember(routed, keys[event.message.partition], previous)
-        _unacked.append(routed.delivery)
+        routes_sent.add(routed.delivery)
     for key in keys.values():
         state.write_inflight(key)
 

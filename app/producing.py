@@ -94,3 +94,30 @@ class RenewingProducer:
             await asyncio.gather(*self._retired, return_exceptions=True)
         if self._producer is not None:
             await self._producer.stop()
+
+
+class Deliveries:
+    """Records handed to a producer and not awaited (routes, results): ``check`` raises the
+    error of one the producer gave up on — the caller then stops the worker, so that no
+    offset is committed past a record the broker does not hold — and forgets the
+    acknowledged ones."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._pending: list[asyncio.Future[Any]] = []
+
+    def add(self, delivery: asyncio.Future[Any]) -> None:
+        self._pending.append(delivery)
+
+    def check(self) -> None:
+        pending = []
+        for delivery in self._pending:
+            if not delivery.done():
+                pending.append(delivery)
+            elif not delivery.cancelled() and delivery.exception() is not None:
+                raise RuntimeError(f"{self.what} could not be published: "
+                                   f"{delivery.exception()!r}")
+        self._pending[:] = pending
+
+    def __len__(self) -> int:
+        return len(self._pending)

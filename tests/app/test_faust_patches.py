@@ -521,6 +521,102 @@ def test_hand_over_relies_on_faust_internals_that_exist() -> None:
     assert "await send_pending(msg)" in pending
 
 
+class _FakeStore(dict):  # type: ignore[type-arg]
+    """A table's serialised store as ``write_through`` uses it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.persisted: list[tuple[Any, int]] = []
+
+    def set_persisted_offset(self, tp: Any, offset: int) -> None:
+        self.persisted.append((tp, offset))
+
+
+def _bytes_table(partition: int) -> Any:
+    return SimpleNamespace(partition_for_key=lambda key: partition, data=_FakeStore(),
+                           changelog_topic=SimpleNamespace(get_topic_name=lambda: "t-results"))
+
+
+def _acked(partition: int, offset: int) -> Any:
+    return SimpleNamespace(partition=partition, offset=offset,
+                           topic_partition=("t-results", partition))
+
+
+async def test_a_write_through_stores_the_value_and_sends_its_changelog_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``write_through`` (the completed table's results): the value is in the store at once,
+    its changelog record is handed to the aiokafka producer on the partition Faust picks for
+    the key, and the store's persisted offset follows the acknowledgements, at most every
+    PERSIST_INTERVAL_S (the newest acknowledged offset)."""
+    aiokafka, fake_app, _ = _changelog_write(partition=0)
+    table = _bytes_table(partition=2)
+    clock = [100.0]
+    monkeypatch.setattr(faust_patches, "_clock", lambda: clock[0])
+    monkeypatch.setattr(faust_patches, "_persisted_at", {})
+    finished, delivery = eager.start(faust_patches.write_through(fake_app, table, b"w1", b"{}"))
+    assert finished, "a write through waited for the event loop"
+    assert table.data[b"w1"] == b"{}"
+    assert aiokafka.sent == [("t-results", b"w1", b"{}", 2, None, None)]
+    second = await faust_patches.write_through(fake_app, table, b"w2", b"[]")
+    third = await faust_patches.write_through(fake_app, table, b"w3", b"1")
+    aiokafka.deliveries[0].set_result(_acked(2, 40))
+    aiokafka.deliveries[1].set_result(_acked(2, 41))
+    await asyncio.sleep(0)
+    assert table.data.persisted == [(("t-results", 2), 40)], "written at once, then held back"
+    clock[0] += faust_patches.PERSIST_INTERVAL_S + 0.001
+    aiokafka.deliveries[2].set_result(_acked(2, 42))
+    await asyncio.sleep(0)
+    assert table.data.persisted[-1] == (("t-results", 2), 42)
+    assert delivery is aiokafka.deliveries[0] and second is aiokafka.deliveries[1]
+    assert third.done()
+
+
+async def test_a_refused_write_through_is_reported_by_the_deliveries_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changelog record the producer gave up on moves no persisted offset, and the writer's
+    ``Deliveries.check`` raises (the complete stage then stops the worker: no offset is
+    committed past a result the broker does not hold)."""
+    from app.producing import Deliveries
+
+    monkeypatch.setattr(faust_patches, "_persisted_at", {})
+    aiokafka, fake_app, _ = _changelog_write(partition=0)
+    table = _bytes_table(partition=0)
+    sent = Deliveries("a result")
+    sent.add(await faust_patches.write_through(fake_app, table, b"w1", b"{}"))
+    sent.add(await faust_patches.write_through(fake_app, table, b"w2", b"{}"))
+    sent.check()
+    assert len(sent) == 2
+    aiokafka.deliveries[0].set_result(_acked(0, 7))
+    await asyncio.sleep(0)
+    sent.check()
+    assert len(sent) == 1, "an acknowledged record is forgotten"
+    aiokafka.deliveries[1].set_exception(RuntimeError("broker said no"))
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="a result could not be published.*broker said no"):
+        sent.check()
+    assert table.data.persisted == [(("t-results", 0), 7)]
+
+
+def test_write_through_relies_on_faust_table_internals_that_exist() -> None:
+    """What ``write_through`` stands in for: Faust's table write is the changelog send
+    (``on_key_set``) and the store write; the partition comes from ``partition_for_key``
+    and an acknowledgement only sets the store's persisted offset (at-least-once)."""
+    import inspect
+
+    from faust.stores.rocksdb import Store
+    from faust.tables.base import Collection
+    from faust.tables.table import Table
+    from mode.utils.collections import ManagedUserDict
+
+    setitem = inspect.getsource(ManagedUserDict.__setitem__)
+    assert "self.on_key_set(key, value)" in setitem and "self.data[key] = value" in setitem
+    on_key_set = inspect.getsource(Table.on_key_set)
+    assert "self.send_changelog(self.partition_for_key(key), key, value)" in on_key_set
+    sent = inspect.getsource(Collection._on_changelog_sent)
+    assert "self.data.set_persisted_offset(res.topic_partition, res.offset)" in sent
+    assert callable(Store.set_persisted_offset) and callable(Collection.partition_for_key)
+
+
 @pytest.mark.kafka
 def test_the_seek_to_committed_rewinds_partitions_nobody_committed(broker, unique) -> None:
     """Read past records without committing (what a fetch that came back across a rebalance

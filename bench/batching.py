@@ -45,7 +45,7 @@ from bench.common import (
     update_benchmarks_md,
     write_json,
 )
-from bench.harness import BROKER, _tail_consumer, topic
+from bench.harness import BROKER, _tail_consumer, stop_and_delete_topics, topic
 from models.traces import poisson_gaps
 from runtimes.base import machine_arch
 
@@ -201,7 +201,7 @@ def measure(setting: str, quick: bool, seed: int) -> dict[str, Any]:
             out[name] = {"low": phase_summary(low_run, low_n),
                          "saturation": phase_summary(burst_run, burst_n)}
     finally:
-        cluster.stop()
+        stop_and_delete_topics(cluster)
     return out
 
 

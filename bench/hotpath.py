@@ -36,7 +36,7 @@ from app.local import LocalCluster
 from app.records import HeartbeatRecord, metric_columns_bytes, outcome_batch_bytes
 from app.settings import Settings
 from app.topics import class_partition, key_partition
-from bench.harness import BROKER, topic
+from bench.harness import BROKER, stop_and_delete_topics, topic
 from models.ops import parse_op
 from models.traces import synthetic_trace
 
@@ -329,7 +329,7 @@ def worker_capacity(count: int, workdir: Any) -> dict[str, Any]:
         return asyncio.run(_measure(local, worker, fleet, count, worker_cpus, own_cpus,
                                     cpu_seconds))
     finally:
-        local.stop()
+        stop_and_delete_topics(local)
         if own_cpus is not None:
             os.sched_setaffinity(0, range(os.cpu_count() or 1))
 

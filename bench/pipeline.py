@@ -46,7 +46,14 @@ from bench.common import (
     update_benchmarks_md,
     write_json,
 )
-from bench.harness import BROKER, ExecutorSpec, run_trace, start_cluster, topic
+from bench.harness import (
+    BROKER,
+    ExecutorSpec,
+    run_trace,
+    start_cluster,
+    stop_and_delete_topics,
+    topic,
+)
 from bench.kafka_floor import kafka_floor
 from bench.sustained import report_sustained, sustained
 from models.traces import poisson_gaps, synthetic_trace
@@ -188,9 +195,10 @@ def metric_path(count: int, rows_per_record: int, form: str = "objects") -> dict
             if learned_rows(models) >= count or time.monotonic() > settle:
                 break
             time.sleep(0.5)
-    finally:
         local.stop()
-    raw = asyncio.run(raw_consumer_rate(metrics_topic, len(records)))
+        raw = asyncio.run(raw_consumer_rate(metrics_topic, len(records)))
+    finally:
+        stop_and_delete_topics(local)
     record_rate = slope(samples, 0.1 * len(records), 0.9 * len(records))
     rate = record_rate * rows_each if record_rate else None
     learned = learned_rows(models)

@@ -157,6 +157,14 @@ def _check_field(kind: str, name: str, value: object) -> object:
     return _check_int(kind, name, value)
 
 
+# Specs already checked, by their exact JSON description (each value with its type, so that
+# 1, 1.0 and true stay apart) and limit: traffic repeats its shapes, and checking every field
+# again was a fifth of parsing a workload. Specs are frozen, so one instance is shared.
+# Bounded (cleared when full): descriptions come from input.
+_PARSED: dict[tuple[object, ...], OpSpec] = {}
+_PARSED_SIZE = 4096
+
+
 def parse_op(obj: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> OpSpec:
     """Validate a JSON op description and return its typed spec.
 
@@ -164,6 +172,25 @@ def parse_op(obj: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> OpSpec:
     zero or negative dimensions, unknown dtype or activation, a conv2d with no output, or more
     than ``max_elements`` elements across inputs and output.
     """
+    if isinstance(obj, dict):
+        key: tuple[object, ...] | None = (
+            max_elements, *((k, type(v), v) for k, v in obj.items()))
+        try:
+            known = _PARSED.get(key) if key is not None else None
+        except TypeError:  # a value that is not hashable (a list): checked below, as always
+            key = known = None
+        if known is not None:
+            return known
+        spec = _parse_op(obj, max_elements)
+        if key is not None:
+            if len(_PARSED) >= _PARSED_SIZE:
+                _PARSED.clear()
+            _PARSED[key] = spec
+        return spec
+    return _parse_op(obj, max_elements)
+
+
+def _parse_op(obj: object, max_elements: int) -> OpSpec:
     if not isinstance(obj, dict):
         raise SpecError(f"op must be a JSON object, got {type(obj).__name__}")
     kind = obj.get("kind")

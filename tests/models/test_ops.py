@@ -449,3 +449,30 @@ def test_ops_with_a_weight_per_workload_have_no_batched_equivalent() -> None:
 
     for name in ("linear-gelu", "mlp-relu", "conv2d-1x1"):
         assert batched_equivalent(case(name), 4) is None
+
+
+def test_a_repeated_description_is_checked_once_and_kept_apart_by_type_and_limit() -> None:
+    """parse_op remembers specs by their exact description (values with their types) and
+    limit: the same description gives the same frozen spec; ``true`` is still not ``1``, a
+    lower limit still refuses, and a refused description is refused every time."""
+    import models.ops as ops
+
+    ops._PARSED.clear()
+    first = parse_op({"kind": "matmul", "m": 8, "k": 8, "n": 8})
+    assert parse_op({"kind": "matmul", "m": 8, "k": 8, "n": 8}) is first
+    assert len(ops._PARSED) == 1
+    with pytest.raises(SpecError):
+        parse_op({"kind": "matmul", "m": True, "k": 8, "n": 8})
+    with pytest.raises(SpecError):
+        parse_op({"kind": "matmul", "m": 8.0, "k": 8, "n": 8})
+    with pytest.raises(SpecError, match="over the limit"):
+        parse_op({"kind": "matmul", "m": 8, "k": 8, "n": 8}, max_elements=10)
+    for _ in range(2):
+        with pytest.raises(SpecError):
+            parse_op({"kind": "matmul", "m": 0, "k": 8, "n": 8})
+    with pytest.raises(SpecError):  # an unhashable value is checked (and refused) as before
+        parse_op({"kind": "matmul", "m": [8], "k": 8, "n": 8})
+    assert len(ops._PARSED) == 1
+    for i in range(ops._PARSED_SIZE + 5):
+        parse_op({"kind": "matmul", "m": i + 1, "k": 2, "n": 2})
+    assert len(ops._PARSED) <= ops._PARSED_SIZE

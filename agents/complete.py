@@ -12,7 +12,6 @@ and is dropped.
 
 from __future__ import annotations
 
-import logging
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -32,7 +31,6 @@ from app.tables import completed, input_offsets
 from models.backlog import InflightEntry, charge_of
 from models.handling import handling_ms
 
-logger = logging.getLogger(__name__)
 guard = OffsetGuard("complete", input_offsets)
 # Result deliveries not yet acknowledged (checked at each batch: a failed one stops the worker).
 results_sent = Deliveries("a result")
@@ -96,11 +94,7 @@ async def complete(stream: Any) -> None:
     Outcomes the consumer skipped are read back first (app/gaps.py)."""
     async for batch in batches(stream, settings.complete_batch_size,
                                settings.complete_batch_within_s):
-        try:
-            results_sent.check()
-        except RuntimeError as exc:
-            logger.critical("%s; stopping the worker", exc)
-            await app.crash(exc)
+        if await results_sent.failed(app):
             return
         began = time.thread_time()
         events = await guard.fill(batch)

@@ -290,11 +290,7 @@ async def decide(stream: Any) -> None:
     workload's offset must not be committed."""
     async for batch in batches(stream, settings.decide_batch_size,
                                settings.decide_batch_within_s):
-        try:
-            routes_sent.check()
-        except RuntimeError as exc:
-            logger.critical("%s; stopping the worker", exc)
-            await app.crash(exc)
+        if await routes_sent.failed(app):
             return
         began = time.thread_time()
         events = await guard.fill(batch)

@@ -119,5 +119,16 @@ class Deliveries:
                                    f"{delivery.exception()!r}")
         self._pending[:] = pending
 
+    async def failed(self, app: Any) -> bool:
+        """Whether a record failed (``check``); if so the worker ``app`` is crashed (logged as
+        critical) and the caller's stage must stop."""
+        try:
+            self.check()
+        except RuntimeError as exc:
+            logger.critical("%s; stopping the worker", exc)
+            await app.crash(exc)
+            return True
+        return False
+
     def __len__(self) -> int:
         return len(self._pending)

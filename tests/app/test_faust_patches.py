@@ -671,3 +671,26 @@ def test_faust_seeks_through_the_consumer_thread_patch() -> None:
     faust_patches.install()
     assert getattr(AIOKafkaConsumerThread.seek_to_committed, "_switchyard", False)
     assert app.conf.consumer_auto_offset_reset == "earliest"
+
+
+async def test_a_failed_delivery_crashes_the_worker_and_stops_the_stage() -> None:
+    """``Deliveries.failed``: nothing failed → False; a record the producer gave up on → the
+    app is crashed with the error, and True (the stage returns)."""
+    from app.producing import Deliveries
+
+    crashed: list[BaseException] = []
+
+    async def crash(exc: BaseException) -> None:
+        crashed.append(exc)
+
+    fake_app = SimpleNamespace(crash=crash)
+    sent = Deliveries("a route")
+    ok: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    ok.set_result(None)
+    sent.add(ok)
+    assert not await sent.failed(fake_app) and not crashed and len(sent) == 0
+    bad: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    bad.set_exception(RuntimeError("no leader"))
+    sent.add(bad)
+    assert await sent.failed(fake_app)
+    assert len(crashed) == 1 and "a route could not be published" in str(crashed[0])

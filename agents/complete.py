@@ -121,7 +121,8 @@ async def complete_one(event: Any) -> None:
 
 async def complete_outcome(outcome: Outcome) -> None:
     """Turn one outcome into the workload's result, unless it already has one."""
-    if outcome.id.encode() in completed:
+    key = outcome.id.encode()
+    if key in completed:
         observability.inc("switchyard_duplicates_suppressed_total", stage="complete")
         # the result was published but a crash may have lost the in-flight clean-up: do it now
         state.close_inflight(outcome.id, now_ms())
@@ -132,8 +133,7 @@ async def complete_outcome(outcome: Outcome) -> None:
             "submitted_at_ms")
     # The changelog write *is* the result on the topic; handed to the producer, not awaited
     # (app/faust_patches.py::write_through; Faust flushes it before committing the outcome).
-    results_sent.add(await write_through(app, completed, outcome.id.encode(),
-                                         result_bytes(outcome)))
+    results_sent.add(await write_through(app, completed, key, result_bytes(outcome)))
     observability.inc("switchyard_results_total", device_class=outcome.device_class,
                       status=outcome.status)
     if entry:

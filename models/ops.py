@@ -172,22 +172,19 @@ def parse_op(obj: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> OpSpec:
     zero or negative dimensions, unknown dtype or activation, a conv2d with no output, or more
     than ``max_elements`` elements across inputs and output.
     """
-    if isinstance(obj, dict):
-        key: tuple[object, ...] | None = (
-            max_elements, *((k, type(v), v) for k, v in obj.items()))
-        try:
-            known = _PARSED.get(key) if key is not None else None
-        except TypeError:  # a value that is not hashable (a list): checked below, as always
-            key = known = None
-        if known is not None:
-            return known
+    if not isinstance(obj, dict):
+        return _parse_op(obj, max_elements)
+    key = (max_elements, *((k, type(v), v) for k, v in obj.items()))
+    try:
+        spec = _PARSED.get(key)
+    except TypeError:  # a value that is not hashable (a list): checked, not remembered
+        return _parse_op(obj, max_elements)
+    if spec is None:
         spec = _parse_op(obj, max_elements)
-        if key is not None:
-            if len(_PARSED) >= _PARSED_SIZE:
-                _PARSED.clear()
-            _PARSED[key] = spec
-        return spec
-    return _parse_op(obj, max_elements)
+        if len(_PARSED) >= _PARSED_SIZE:
+            _PARSED.clear()
+        _PARSED[key] = spec
+    return spec
 
 
 def _parse_op(obj: object, max_elements: int) -> OpSpec:

@@ -52,7 +52,7 @@ def _executor(ns: argparse.Namespace) -> int:
         runtime=ns.runtime, device=ns.device, threads=ns.threads, device_id=ns.id,
         slowdown_file=ns.slowdown_file, drift=ns.drift, cpus=ns.cpus,
         link_rtt_ms=ns.link_rtt_ms, link_bandwidth_mbit_s=ns.link_bandwidth_mbit_s,
-        price_per_hour=ns.price_per_hour, power_model=ns.power_model,
+        price_per_hour=ns.price_per_hour, power_model=ns.power_model, instances=ns.instances,
     )
 
 
@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a catalog device (e.g. cpu-core) whose published idle and peak "
                                "power model the energy no counter measures (flagged "
                                "energy_simulated); sim devices always use their own")
+    executor.add_argument("--instances", type=int, default=1,
+                          help="sim only: this many simulated devices of the model in this one "
+                               "process, each its own device id (<id>-0, <id>-1, ...), consumer "
+                               "and producer: a large simulated fleet without a process each")
     executor.set_defaults(func=_executor)
 
     submit = sub.add_parser("submit", help="publish workloads from a JSONL trace",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.executor import Executor
+from app.executor import Executor, run_instances
 from app.loop import run as run_loop
 from app.loop import tune_gc
 from app.settings import Settings, get_settings
@@ -31,9 +31,13 @@ def run_executor(
     link_bandwidth_mbit_s: float | None = None,
     price_per_hour: float | None = None,
     power_model: str | None = None,
+    instances: int = 1,
 ) -> int:
     """Build the runtime and serve its route topic until SIGTERM (blocking); the exit code.
-    The link, price and power model given here replace the settings'."""
+    The link, price and power model given here replace the settings'. ``instances`` > 1 (sim
+    only): that many simulated devices in this process, each its own runtime, device id
+    (``<id>-<i>``), consumer and producer — a fleet of many simulated devices without a
+    process each."""
     settings = get_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -43,6 +47,10 @@ def run_executor(
                                             price_per_hour, power_model)
     except ValueError as exc:
         logger.error("%s", exc)
+        return 2
+    if instances < 1 or (instances > 1 and runtime != "sim"):
+        logger.error("--instances %d: a positive count, and more than 1 for --runtime sim only "
+                     "(a real device is served by a process of its own)", instances)
         return 2
     options: dict[str, Any] = {}
     if drift is not None:
@@ -59,15 +67,23 @@ def run_executor(
         logger.error("cannot pin %s to cpus: %s", runtime, exc)
         return 2
     try:
-        rt = get_runtime(runtime, device, threads=threads, **options)
+        runtimes = [get_runtime(runtime, device, threads=threads, **options)
+                    for _ in range(instances)]
     except (RuntimeError, ValueError, SpecError) as exc:
         logger.error("cannot start %s on %s: %s", runtime, device, exc)
         return 2
-    if model is not None and not rt.simulated:
-        rt.power_model = model
+    for rt in runtimes:
+        if model is not None and not rt.simulated:
+            rt.power_model = model
     tune_gc(settings.gc_gen0_threshold)  # the runtime's modules are loaded: freeze them
-    return run_loop(Executor(settings, rt, device_id, slowdown_file, threads, pinned,
-                             link=link, price_per_hour=price).run())
+    executors = [Executor(settings, rt, device_id, slowdown_file, threads, pinned, link=link,
+                          price_per_hour=price) for rt in runtimes]
+    if instances == 1:
+        return run_loop(executors[0].run())
+    base = device_id or executors[0].device_id
+    for i, executor in enumerate(executors):
+        executor.device_id = f"{base}-{i}"
+    return run_loop(run_instances(executors))
 
 
 def remote_options(settings: Settings, rtt_ms: float | None, bandwidth_mbit_s: float | None,

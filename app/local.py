@@ -34,6 +34,8 @@ class Proc:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    # The device ids it serves, where it is an executor of several (``--instances``).
+    devices: tuple[str, ...] = ()
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -147,19 +149,25 @@ class LocalCluster:
     def start_executor(self, runtime: str, device: str = "cpu", threads: int | None = 1,
                        device_id: str | None = None, slowdown_file: Path | None = None,
                        drift: str | None = None, extra_args: tuple[str, ...] = (),
-                       **env: str) -> Proc:
+                       instances: int = 1, **env: str) -> Proc:
         """Start an executor process (``extra_args``: more of its command-line options, e.g.
-        ``("--link-rtt-ms", "20", "--link-bandwidth-mbit-s", "100")``)."""
+        ``("--link-rtt-ms", "20", "--link-bandwidth-mbit-s", "100")``); ``instances`` > 1: a
+        process serving that many simulated devices, ``<device_id>-0`` ... (``Proc.devices``)."""
         device_id = device_id or f"{runtime}-{device.replace(':', '')}-{uuid.uuid4().hex[:6]}"
         argv = [sys.executable, "-m", "app.cli", "executor", "--runtime", runtime,
                 "--device", device, "--id", device_id]
+        if instances != 1:
+            argv += ["--instances", str(instances)]
         if threads is not None:
             argv += ["--threads", str(threads)]
         if slowdown_file is not None:
             argv += ["--slowdown-file", str(slowdown_file)]
         if drift is not None:
             argv += ["--drift", drift]
-        return self._spawn(device_id, argv + list(extra_args), env)
+        proc = self._spawn(device_id, argv + list(extra_args), env)
+        if instances != 1:
+            proc.devices = tuple(f"{device_id}-{i}" for i in range(instances))
+        return proc
 
     def wait_devices(self, device_ids: Iterable[str], timeout_s: float = 120.0) -> float:
         """Wait until the worker's registry lists every device id as live."""
@@ -167,7 +175,7 @@ class LocalCluster:
         started = time.monotonic()
         while time.monotonic() - started < timeout_s:
             for proc in self.procs:
-                if proc.name in wanted and not proc.alive():
+                if (proc.name in wanted or wanted.intersection(proc.devices)) and not proc.alive():
                     raise RuntimeError(f"{proc.name} exited:\n{proc.log_tail()}")
             try:
                 live = {d["device_id"] for d in self.api("/api/devices")["devices"] if d["live"]}

@@ -79,6 +79,14 @@ SIM_FLEET: tuple[ExecutorSpec, ...] = (
     ExecutorSpec("sim", "cpu-core", 2, threads=None),
 )
 
+# 120 simulated devices in five classes: the fleet simulation's large fleet (bench/fleetsim.py)
+# and, through Kafka, the scheduling benchmark's, served 20 to a process (``--instances``):
+# seven executor processes rather than 120.
+FLEET_120: dict[str, int] = {"h100": 12, "a100": 16, "l4": 40, "tpu-v5e": 16, "cpu-core": 36}
+SIM_FLEET_120: tuple[ExecutorSpec, ...] = tuple(
+    ExecutorSpec("sim", device, count, threads=None, per_process=20)
+    for device, count in FLEET_120.items())
+
 
 def live_cores() -> tuple[tuple[int, ...], str]:
     """Where a live set runs: (the worker's cores, the executors' core).

@@ -81,7 +81,7 @@ LOADS = (0.5, 0.7, 0.9)
 # SIM_FLEET); the large one adds A100s and scales every class up, 120 devices in five classes.
 FLEETS: dict[str, dict[str, int]] = {
     "fleet10": {"h100": 2, "l4": 4, "tpu-v5e": 2, "cpu-core": 2},
-    "fleet120": {"h100": 12, "a100": 16, "l4": 40, "tpu-v5e": 16, "cpu-core": 36},
+    "fleet120": fleets.FLEET_120,
 }
 FULL_WORKLOADS, QUICK_WORKLOADS = 12000, 600
 SEED = 7

@@ -44,9 +44,21 @@ class ExecutorSpec:
     args: tuple[str, ...] = ()
     # The cores its processes are pinned to (``--cpus``; None: the least busy, one per thread).
     cpus: str | None = None
+    # Simulated devices served per process (``--instances``): a fleet of a hundred devices in
+    # a few processes rather than a hundred.
+    per_process: int = 1
 
     def label(self) -> str:
-        return f"{self.count}x {self.runtime}:{self.device}"
+        label = f"{self.count}x {self.runtime}:{self.device}"
+        if self.per_process == 1:
+            return label
+        processes = len(self.processes())
+        return f"{label} ({processes} process{'es' if processes > 1 else ''})"
+
+    def processes(self) -> list[int]:
+        """The devices each of its processes serves."""
+        full, rest = divmod(self.count, self.per_process)
+        return [self.per_process] * full + ([rest] if rest else [])
 
 
 def topic(namespace: str, name: str) -> str:
@@ -97,13 +109,14 @@ def start_cluster(workdir: Path, fleet: Sequence[ExecutorSpec], env: dict[str, s
     ids = []
     try:
         for spec in fleet:
-            for i in range(spec.count):
+            for i, instances in enumerate(spec.processes()):
                 proc = local.start_executor(
                     spec.runtime, spec.device, threads=spec.threads,
                     device_id=f"{spec.runtime}-{spec.device.replace(':', '')}-{i}",
                     slowdown_file=spec.slowdown_file, drift=spec.drift,
-                    extra_args=spec.args + (("--cpus", spec.cpus) if spec.cpus else ()))
-                ids.append(proc.name)
+                    extra_args=spec.args + (("--cpus", spec.cpus) if spec.cpus else ()),
+                    instances=instances)
+                ids.extend(proc.devices or (proc.name,))
         local.wait_ready(worker, timeout_s)
         local.wait_devices(ids, timeout_s)
     except BaseException:

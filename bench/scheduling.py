@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from app.settings import Settings
 from bench import fleets
 from bench.common import (
     attainment,
@@ -50,12 +51,17 @@ TARGET_LOAD = 0.7
 # 70 %) slows them uniformly again for a machine that cannot feed catalog speed; the time scale
 # is then the same for the 50 % and 90 % sets, and relative speeds stay the catalog's.
 SIM_RATE_PER_S = float(os.environ.get("SWITCHYARD_BENCH_SIM_RATE", "0")) or None
+# The 120-device fleet's 70 % is ~3,150 workloads/s at catalog speed, three times what one
+# worker sustains end to end on the 2-core machine (BENCHMARKS.md, pipeline): it runs slowed so
+# that 70 % is this rate.
+SIM120_RATE_PER_S = 300.0
 LIVE_RATE_CAP_PER_S = 30.0
 # Live executors share the machine's cores with the worker, the broker and (here) other work:
 # at 70 % of the in-process profile's capacity even the oracle queued for seconds (measured on
 # the 2-core development VM, load average ~5), so live sets are offered 40 %.
 LIVE_TARGET_LOAD = float(os.environ.get("SWITCHYARD_BENCH_LIVE_LOAD", "0.4"))
 STOPPERS: list[threading.Thread] = []
+DEFAULT_ROUTE_PARTITIONS = int(Settings.model_fields["route_partitions"].default)
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench"))
 
 
@@ -69,12 +75,17 @@ class DeviceSet:
     # Offered load as a share of the fleet's fp32 fluid capacity (None: the kind's default,
     # TARGET_LOAD for sim sets, LIVE_TARGET_LOAD for live ones).
     load: float | None = None
+    # The fleet (None: the kind's, fleets.SIM_FLEET or fleets.LIVE_FLEET).
+    fleet: tuple[fleets.ExecutorSpec, ...] | None = None
+    # Sim sets: the most workloads/s at 70 % this machine is asked to feed; a fleet faster
+    # than that is slowed uniformly (None: SWITCHYARD_BENCH_SIM_RATE, else catalog speed).
+    sim_rate_per_s: float | None = None
 
 
 def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, Any]:
     """True costs, capacity, rate, trace and oracle profile of one device set."""
     live = device_set.kind == "live"
-    fleet = fleets.LIVE_FLEET if live else fleets.SIM_FLEET
+    fleet = device_set.fleet or (fleets.LIVE_FLEET if live else fleets.SIM_FLEET)
     mix = fleets.LIVE_MIX if live else fleets.SIM_MIX
     counts = fleets.fleet_classes(fleet)
     ops = fleets.distinct_ops(mix)
@@ -93,8 +104,9 @@ def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, A
     fp32 = fleets.fluid_capacity(weights, [fleets.best_ms(table, op, ("fp32",)) for op in ops],
                                  servers)
     scale = 1.0
-    if not live and SIM_RATE_PER_S is not None and TARGET_LOAD * fp32 > SIM_RATE_PER_S:
-        scale = TARGET_LOAD * fp32 / SIM_RATE_PER_S
+    sim_rate = device_set.sim_rate_per_s or SIM_RATE_PER_S
+    if not live and sim_rate is not None and TARGET_LOAD * fp32 > sim_rate:
+        scale = TARGET_LOAD * fp32 / sim_rate
         table = {c: {k: v * scale for k, v in e.items()} for c, e in table.items()}
         capacity, fp32 = capacity / scale, fp32 / scale
         fleet = tuple(dataclasses.replace(s, drift=f"0:{scale:.4f}") for s in fleet)
@@ -113,7 +125,9 @@ def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, A
     return {"fleet": fleet, "table": table, "capacity_per_s": capacity, "rate_per_s": rate,
             "load": rate / fp32, "time_scale": scale, "static_class": max(single, key=lambda c: single[c]),
             "single_class_capacity": single, "workloads": workloads, "arrivals": arrivals,
-            "profile": profile}
+            "profile": profile,
+            # A route partition per device of the largest class: each device its own lane.
+            "route_partitions": max(DEFAULT_ROUTE_PARTITIONS, *counts.values())}
 
 
 def policy_stats(run: Run, workloads: list[dict[str, Any]], ended_ms: float) -> dict[str, Any]:
@@ -169,7 +183,8 @@ def run_policy(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
     """One policy on a fresh cluster; returns its statistics (with the start-up time)."""
     env = {"SWITCHYARD_POLICY": policy, "SWITCHYARD_SEED": "11",
            "SWITCHYARD_STATIC_CLASS": prepared["static_class"],
-           "SWITCHYARD_ORACLE_PROFILE": str(prepared["profile"].resolve())}
+           "SWITCHYARD_ORACLE_PROFILE": str(prepared["profile"].resolve()),
+           "SWITCHYARD_ROUTE_PARTITIONS": str(prepared["route_partitions"])}
     workloads = [{**w, "id": f"{policy}-{w['id']}"} for w in prepared["workloads"]]
     worker_cpus = fleets.live_cores()[0] if device_set.kind == "live" else None
     cluster = start_cluster(WORKDIR / device_set.name / policy, prepared["fleet"], env,
@@ -202,6 +217,8 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
         "fleet": [s.label() for s in prepared["fleet"]], "precisions": device_set.precisions,
         "capacity_per_s": prepared["capacity_per_s"], "rate_per_s": prepared["rate_per_s"],
         "time_scale": prepared["time_scale"], "static_class": prepared["static_class"],
+        "sim_rate_per_s": device_set.sim_rate_per_s or SIM_RATE_PER_S,
+        "route_partitions": prepared["route_partitions"],
         "load_of_fp32_capacity": prepared["load"],
         "workloads": len(prepared["workloads"]), "trace_seconds": float(prepared["arrivals"][-1]),
         "deadline_rule": f"{fleets.DEADLINE_FLOOR_MS:.0f} ms + {fleets.DEADLINE_SLACK:g} x "
@@ -323,8 +340,9 @@ def report(results: dict[str, Any], quick: bool) -> str:
                      + (f" Measured {data['measured_at']}." if data.get("measured_at") else ""))
         if data["time_scale"] != 1.0:
             parts.append(f"Simulated devices (every figure here is SIMULATED), all slowed "
-                         f"uniformly by {data['time_scale']:.2f}x (SWITCHYARD_BENCH_SIM_RATE); "
-                         "their relative speeds are the catalog's.")
+                         f"uniformly by {data['time_scale']:.2f}x (so that 70 % of the fleet's "
+                         f"capacity is {data.get('sim_rate_per_s') or 0:.0f} workloads/s, what "
+                         "this machine feeds); their relative speeds are the catalog's.")
         elif not name.startswith("live"):
             parts.append("Simulated devices (every figure here is SIMULATED) at catalog speed "
                          "(time scale 1).")
@@ -364,6 +382,8 @@ def run(quick: bool, out_dir: Path) -> int:
                 DeviceSet("sim-fp32-load50", "sim", ("fp32",), 0.5),
                 DeviceSet("sim-fp32-load90", "sim", ("fp32",), 0.9),
                 DeviceSet("sim-bf16", "sim", ("fp32", "bf16")),
+                DeviceSet("sim120-fp32", "sim", ("fp32",), fleet=fleets.SIM_FLEET_120,
+                          sim_rate_per_s=SIM120_RATE_PER_S),
                 DeviceSet("live-cpu-fp32", "live", ("fp32",)),
                 DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16"))]
         seconds, drain = 20.0, 20.0

@@ -160,6 +160,8 @@ PRIOR_STD: dict[str, dict[str, float]] = {
         "spill": 0.005,
         "aligned": 0.05,
         "calls": 0.05,
+        "small@kind": 0.01,
+        "traffic": 0.05,
     },
     "live": {
         "bias": 1.0,
@@ -176,6 +178,8 @@ PRIOR_STD: dict[str, dict[str, float]] = {
         "spill": 0.04,
         "aligned": 0.1,
         "calls": 0.3,
+        "small@kind": 0.1,
+        "traffic": 0.3,
     },
 }
 # Huber threshold (predictive stds) for a time *above* the prediction. Interference on a
@@ -214,7 +218,7 @@ class CostModel:
     ) -> None:
         """A cold model at the roofline prior of ``prior`` (default: `prior_for_class`).
 
-        ``forgetting`` 0.998 keeps ~500 rows of memory: enough for the 76 weights on a mixed
+        ``forgetting`` 0.998 keeps ~500 rows of memory: enough for the 86 weights on a mixed
         stream, while abrupt shifts are caught by the regression's drift detector.
         """
         self.device_class = device_class
@@ -284,7 +288,8 @@ class CostModel:
             if len(self._cache) >= self.FEATURE_CACHE_SIZE:
                 self._cache.clear()
             roofline, work = self.prior.roofline_and_work_log_ms(op, variant)
-            x = shape_features(op, variant, roofline, work, self.prior.cache_bytes)
+            x = shape_features(op, variant, roofline, work, self.prior.cache_bytes,
+                               self.prior.device.mem_bw_bytes_s)
             x.flags.writeable = False
             self._cache[key] = x
         return x

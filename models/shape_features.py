@@ -27,7 +27,8 @@ that shape with textbook constants; these features let a *linear* Bayesian regre
 * Alignment: the share of the op's dims (>= 8) that are multiples of 16 and of 64 (vector
   width and BLAS blocking): real model layers are aligned, random shapes mostly are not, so
   these weights are learned from few rows; a tight prior (0.1) keeps them from
-  extrapolating (at 0.2 the layers' error was 34.0 %, at 0.1 32.5 %).
+  extrapolating (at 0.2 the layers' error was 34.0 %, at 0.1 32.5 %). 0.05 since the live
+  prior noise went to 0.2 (models/costmodel.py NOISE_STD), which loosens every prior.
 
 * Dispatch: an eager runtime pays a per-call cost for every primitive an op is made of
   (`eager_calls`: the matmul, the bias add, each primitive of the activation, the softmax's

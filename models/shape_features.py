@@ -1,4 +1,4 @@
-"""Efficiency-curve features of `models.costmodel.CostModel` (feature format 3).
+"""Efficiency-curve features of `models.costmodel.CostModel` (feature format 4).
 
 ln(exec ms) of a real runtime is not a straight line in any size measure: a small op costs the
 per-call overhead whatever its size, a large one its work over the rate the kernel reaches at
@@ -27,7 +27,8 @@ that shape with textbook constants; these features let a *linear* Bayesian regre
 * Alignment: the share of the op's dims (>= 8) that are multiples of 16 and of 64 (vector
   width and BLAS blocking): real model layers are aligned, random shapes mostly are not, so
   these weights are learned from few rows; a tight prior (0.1) keeps them from
-  extrapolating (at 0.2 the layers' error was 34.0 %, at 0.1 32.5 %).
+  extrapolating (at 0.2 the layers' error was 34.0 %, at 0.1 32.5 %). 0.05 since the live
+  prior noise went to 0.2 (models/costmodel.py NOISE_STD), which loosens every prior.
 
 * Dispatch: an eager runtime pays a per-call cost for every primitive an op is made of
   (`eager_calls`: the matmul, the bias add, each primitive of the activation, the softmax's
@@ -39,6 +40,21 @@ that shape with textbook constants; these features let a *linear* Bayesian regre
   the error on held-out linear layers was 31 % instead of 19 %; over all held-out shapes,
   four folds, 18.7 % instead of 17.7 % and on real model layers 31.3 % instead of 30.0 %
   (200 rows per class, replayed from the cost-model benchmark's measurements).
+
+* Smallest GEMM dim, per kind: ln(smallest dim / 64) of the GEMMs the op is made of (a
+  convolution's as im2col lays it out, attention's min(seq, head_dim)), or the reduced dim
+  of a softmax or layernorm. Two ops of the same work run at different rates when one is
+  skinny: BLAS blocking and vectorisation run out along the short side. Within each
+  (kind, class) the held-out residuals correlated with it by up to +0.7 (bmm, attention,
+  numpy's MLP); 0 at 64.
+* Eager traffic: ln(1 + t / work) with t the time, at the class's bandwidth, of the
+  intermediates an eager run reads and writes beyond the roofline's inputs and output (the
+  output again for each bias/activation primitive, attention's seq^2 scores through the
+  scale, mask and softmax, a convolution's window copy; `eager_traffic_elements`); a
+  compiled variant (fused) gets its own weight on it too.
+  With both (format 3 -> 4), replayed on the cost-model benchmark's measurements at 200
+  rows per class, six held-out draws: held-out median error 16.1 -> 14.9 %, model layers
+  27.0 -> 25.4 % (1000 rows: 13.3 -> 12.0 %, 25.5 -> 22.3 %), top-1 unchanged.
 
 Every feature is a pure function of (op, variant, prior device), so `CostModel` caches the
 vector per (op, variant) and a prediction stays two dot products.
@@ -54,12 +70,15 @@ import numpy as np
 from models.ops import (
     MODES,
     OP_KINDS,
+    PRECISION_BYTES,
     PRECISIONS,
     SPEC_CLASSES,
     AttentionSpec,
+    BmmSpec,
     Conv2dSpec,
     LayernormSpec,
     LinearSpec,
+    MatmulSpec,
     MlpSpec,
     OpSpec,
     SoftmaxSpec,
@@ -73,13 +92,15 @@ __all__ = [
     "BIAS_INDEX",
     "PRIOR_INDEX",
     "eager_calls",
+    "eager_traffic_elements",
+    "smallest_dim",
     "shape_features",
     "feature_group",
 ]
 
 # Bumped whenever the vector below changes meaning: a stored model of another format is
 # rebuilt cold rather than read with its weights on the wrong features.
-FEATURE_FORMAT = 3
+FEATURE_FORMAT = 4
 # ln(0.1 ms): centring the work feature keeps the bias weight from absorbing the slopes.
 WORK_CENTRE = math.log(0.1)
 # Hinge knots of the global curve (ln ms of roofline work): 10 µs, 100 µs, 1 ms, 10 ms,
@@ -111,6 +132,9 @@ SHAPE_FEATURE_NAMES: tuple[str, ...] = (
     "calls@5us",
     "calls@50us",
     "calls@compiled",
+    *(f"small@kind={k}" for k in OP_KINDS),
+    "traffic",
+    "traffic@compiled",
 )
 N_SHAPE_FEATURES = len(SHAPE_FEATURE_NAMES)
 BIAS_INDEX = 0
@@ -126,6 +150,8 @@ def feature_group(name: str) -> str:
         return name
     if name.startswith("hinge@"):
         return "hinge"
+    if name.startswith("small@"):
+        return "small@kind"
     if name.startswith("work@") and name.count("@") == 2:
         return "work@variant@kind"
     if "@kind=" in name:
@@ -140,6 +166,8 @@ def feature_group(name: str) -> str:
         return "spill"
     if name.startswith("calls"):
         return "calls"
+    if name.startswith("traffic"):
+        return "traffic"
     return "aligned"
 
 
@@ -149,6 +177,10 @@ ACTIVATION_CALLS = {"none": 0, "relu": 1, "tanh": 1, "silu": 4, "gelu": 5}
 # The per-call costs the dispatch features are built at (ms): about an eager torch or NumPy
 # call, and an eager JAX one; the regression weighs the two per class.
 PER_CALL_MS: tuple[float, float] = (0.005, 0.05)
+# The smallest GEMM dim at which `small@kind` is 0 (BLAS blocking works in tens of elements).
+SMALL_DIM_CENTRE = 64.0
+# The bandwidth the eager traffic is timed at when the caller gives none (the generic CPU's).
+DEFAULT_MEM_BW_BYTES_S = 20e9
 _SOFTMAX_CALLS = 5  # max, subtract, exp, sum, divide
 _LAYERNORM_CALLS = 6  # mean, subtract, square, mean, add eps + rsqrt, multiply
 
@@ -172,6 +204,57 @@ def eager_calls(op: OpSpec) -> int:
     if isinstance(op, Conv2dSpec):
         return 1 + int(op.padding > 0)
     return 1
+
+
+def smallest_dim(op: OpSpec) -> float:
+    """The smallest dim of the GEMMs an op is made of (M, K, N; a convolution's as im2col
+    lays it out: batch x output pixels, in channels x kernel^2, out channels; an MLP's
+    layers averaged in ln, weighted by their FLOPs), or the reduced dim of a softmax or
+    layernorm: what a kernel's blocking and vectorisation run out of first."""
+    if isinstance(op, LinearSpec):
+        return float(min(op.batch, op.in_features, op.out_features))
+    if isinstance(op, MlpSpec):
+        pairs = list(zip(op.dims[:-1], op.dims[1:], strict=True))
+        total = sum(a * b for a, b in pairs)
+        return math.exp(sum(a * b * math.log(min(op.batch, a, b)) for a, b in pairs) / total)
+    if isinstance(op, AttentionSpec):
+        return float(min(op.seq_len, op.head_dim))
+    if isinstance(op, SoftmaxSpec | LayernormSpec):
+        return float(op.dim)
+    if isinstance(op, Conv2dSpec):
+        oh, ow = op.out_hw()
+        return float(min(op.batch * oh * ow, op.in_channels * op.kernel**2, op.out_channels))
+    if isinstance(op, MatmulSpec | BmmSpec):
+        return float(min(op.m, op.k, op.n))
+    raise ValueError(f"no dims for {op.kind!r}")
+
+
+def eager_traffic_elements(op: OpSpec) -> float:
+    """Elements an eager run reads and writes in intermediates, beyond its inputs and
+    output (which the roofline counts): each elementwise primitive of a bias and an
+    activation reads and writes the output; attention materialises its scores and runs the
+    scale, the mask and the softmax's primitives over them; softmax and layernorm run
+    their primitives over the whole input; a k x k convolution's windows are copied once
+    (im2col, or NumPy's einsum)."""
+    if isinstance(op, LinearSpec):
+        calls = int(op.bias) + ACTIVATION_CALLS.get(op.activation, 1)
+        return 2.0 * op.batch * op.out_features * calls
+    if isinstance(op, MlpSpec):
+        calls = ACTIVATION_CALLS.get(op.activation, 1)
+        return sum(2.0 * op.batch * d * calls for d in op.dims[1:-1])
+    if isinstance(op, AttentionSpec):
+        scores = float(op.batch * op.heads * op.seq_len * op.seq_len)
+        # written by q @ k^T, read by p @ v, and read and written by the scale, the softmax's
+        # primitives and (causal) the mask
+        return 2.0 * scores * (2 + _SOFTMAX_CALLS + int(op.causal))
+    if isinstance(op, SoftmaxSpec):
+        return 2.0 * op.rows * op.dim * (_SOFTMAX_CALLS - 1)
+    if isinstance(op, LayernormSpec):
+        return 2.0 * op.rows * op.dim * (_LAYERNORM_CALLS - 1)
+    if isinstance(op, Conv2dSpec) and op.kernel > 1:
+        oh, ow = op.out_hw()
+        return float(op.batch * op.in_channels * op.kernel**2 * oh * ow)
+    return 0.0
 
 
 def _softplus(z: float) -> float:
@@ -202,11 +285,13 @@ def shape_features(
     prior_log_ms: float,
     work_log_ms: float,
     cache_bytes: tuple[float, float, float],
+    mem_bw_bytes_s: float = DEFAULT_MEM_BW_BYTES_S,
 ) -> np.ndarray:
-    """The format-3 feature vector (length `N_SHAPE_FEATURES`, float64).
+    """The format-4 feature vector (length `N_SHAPE_FEATURES`, float64).
 
     ``prior_log_ms`` is the class's roofline time with overhead, ``work_log_ms`` without it
-    (both ln ms); ``cache_bytes`` the L1, L2 and L3 sizes of the class's device. Raises
+    (both ln ms); ``cache_bytes`` the L1, L2 and L3 sizes of the class's device and
+    ``mem_bw_bytes_s`` its memory bandwidth (what the eager traffic is timed at). Raises
     ValueError for an unknown kind, precision or mode, or non-finite roofline times.
     """
     if op.kind not in OP_KINDS or variant.precision not in PRECISIONS:
@@ -248,4 +333,10 @@ def shape_features(
         x[_INDEX[name]] = math.log((per_call * calls + work_ms) / (per_call + work_ms))
     if variant.mode != "eager":
         x[_INDEX["calls@compiled"]] = x[_INDEX["calls@50us"]]
+    x[_INDEX[f"small@kind={kind}"]] = math.log(smallest_dim(op) / SMALL_DIM_CENTRE)
+    traffic_ms = (eager_traffic_elements(op) * PRECISION_BYTES[variant.precision]
+                  / max(mem_bw_bytes_s, 1.0) * 1e3)
+    x[_INDEX["traffic"]] = math.log1p(traffic_ms / work_ms)
+    if variant.mode != "eager":
+        x[_INDEX["traffic@compiled"]] = x[_INDEX["traffic"]]
     return x

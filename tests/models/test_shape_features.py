@@ -1,4 +1,4 @@
-"""The format-3 cost model: its features, generalisation to unseen shapes, honest uncertainty
+"""The format-4 cost model: its features, generalisation to unseen shapes, honest uncertainty
 far from the data, and stored models of the old format."""
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from models.shape_features import (
     N_SHAPE_FEATURES,
     SHAPE_FEATURE_NAMES,
     eager_calls,
+    eager_traffic_elements,
     feature_group,
     shape_features,
+    smallest_dim,
 )
 from tests.models._cost_fixtures import op_and_variant, random_matmuls, random_mixed_ops
 
@@ -56,6 +58,48 @@ def test_every_feature_has_a_prior_group() -> None:
 
     for scale in PRIOR_STD.values():
         assert groups <= set(scale)
+
+
+def test_smallest_dim_is_the_smallest_gemm_dim() -> None:
+    def small(op: dict[str, object]) -> float:
+        return smallest_dim(parse_op(op))
+
+    assert small({"kind": "matmul", "m": 300, "k": 20, "n": 70}) == 20
+    assert small({"kind": "linear", "batch": 16, "in_features": 768,
+                  "out_features": 3072}) == 16
+    # im2col: (batch x output pixels, in channels x 9, out channels)
+    assert small({"kind": "conv2d", "batch": 1, "in_channels": 3, "out_channels": 64,
+                  "height": 8, "width": 8, "kernel": 3, "padding": 1}) == 27
+    assert small({"kind": "attention", "batch": 1, "heads": 4, "seq_len": 512,
+                  "head_dim": 64}) == 64
+    assert small({"kind": "softmax", "rows": 4096, "dim": 100}) == 100
+    # an MLP: each layer's smallest dim, averaged in ln weighted by the layer's FLOPs
+    mlp = small({"kind": "mlp", "batch": 32, "dims": [64, 512, 16]})
+    assert mlp == pytest.approx(math.exp((64 * 512 * math.log(32) + 512 * 16 * math.log(16))
+                                         / (64 * 512 + 512 * 16)))
+
+
+def test_small_dim_and_eager_traffic_features() -> None:
+    skinny = features_of(parse_op({"kind": "matmul", "m": 512, "k": 8, "n": 512}), FP32)
+    square = features_of(parse_op({"kind": "matmul", "m": 128, "k": 128, "n": 128}), FP32)
+    assert skinny["small@kind=matmul"] == pytest.approx(math.log(8 / 64))
+    assert square["small@kind=matmul"] == pytest.approx(math.log(2.0))
+    assert skinny["small@kind=linear"] == 0.0
+    # A matmul has no intermediates; a linear with bias and exact gelu reads and writes its
+    # output six more times.
+    assert square["traffic"] == 0.0
+    op = parse_op({"kind": "linear", "batch": 64, "in_features": 256, "out_features": 1024,
+                   "bias": True, "activation": "gelu"})
+    assert eager_traffic_elements(op) == 2.0 * 64 * 1024 * 6
+    eager = features_of(op, FP32)
+    assert eager["traffic"] > 0.0 and eager["traffic@compiled"] == 0.0
+    fused = features_of(op, Variant("fp32", "compiled"))
+    assert fused["traffic@compiled"] == fused["traffic"] == eager["traffic"]
+    # Attention's scores are seq^2 per head: the traffic dominates at long sequences.
+    long = parse_op({"kind": "attention", "batch": 1, "heads": 8, "seq_len": 1024,
+                     "head_dim": 64, "causal": True})
+    assert eager_traffic_elements(long) == 2.0 * 8 * 1024 * 1024 * 8
+    assert features_of(long, FP32)["traffic"] > 0.5
 
 
 def test_cache_spill_and_alignment_features() -> None:

@@ -31,7 +31,6 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -86,31 +85,6 @@ def default_device_id(runtime: Runtime) -> str:
     """``host-runtime-device-pid``, topic-key safe."""
     device = runtime.device.replace(":", "")
     return f"{HOST}-{runtime.name}-{device}-{os.getpid()}"
-
-
-async def run_instances(executors: Sequence[Executor]) -> int:
-    """Serve several executors in one process (simulated devices, ``--instances``): SIGTERM or
-    SIGINT stops all of them, one that fails stops the others; the largest exit code."""
-    loop = asyncio.get_running_loop()
-
-    def stop_all() -> None:
-        for executor in executors:
-            executor.stopping.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop_all)
-    tasks = [asyncio.create_task(executor.run(handle_signals=False)) for executor in executors]
-    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    if pending:
-        stop_all()
-        await asyncio.wait(pending)
-    codes = []
-    for executor, task in zip(executors, tasks, strict=True):
-        failure = task.exception()
-        if failure is not None:
-            logger.error("executor %s failed", executor.device_id, exc_info=failure)
-        codes.append(1 if failure is not None else task.result())
-    return max(codes)
 
 
 class Executor:

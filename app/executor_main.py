@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+from collections.abc import Sequence
 from typing import Any
 
-from app.executor import Executor, run_instances
+from app.executor import Executor, default_device_id
 from app.loop import run as run_loop
 from app.loop import tune_gc
 from app.settings import Settings, get_settings
@@ -76,14 +79,38 @@ def run_executor(
         if model is not None and not rt.simulated:
             rt.power_model = model
     tune_gc(settings.gc_gen0_threshold)  # the runtime's modules are loaded: freeze them
-    executors = [Executor(settings, rt, device_id, slowdown_file, threads, pinned, link=link,
-                          price_per_hour=price) for rt in runtimes]
     if instances == 1:
-        return run_loop(executors[0].run())
-    base = device_id or executors[0].device_id
-    for i, executor in enumerate(executors):
-        executor.device_id = f"{base}-{i}"
-    return run_loop(run_instances(executors))
+        return run_loop(Executor(settings, runtimes[0], device_id, slowdown_file, threads, pinned,
+                                 link=link, price_per_hour=price).run())
+    base = device_id or default_device_id(runtimes[0])
+    return run_loop(run_instances([
+        Executor(settings, rt, f"{base}-{i}", slowdown_file, threads, pinned, link=link,
+                 price_per_hour=price) for i, rt in enumerate(runtimes)]))
+
+
+async def run_instances(executors: Sequence[Executor]) -> int:
+    """Serve several executors in one process (simulated devices, ``--instances``): SIGTERM or
+    SIGINT stops all of them, one that fails stops the others; the largest exit code."""
+    loop = asyncio.get_running_loop()
+
+    def stop_all() -> None:
+        for executor in executors:
+            executor.stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_all)
+    tasks = [asyncio.create_task(executor.run(handle_signals=False)) for executor in executors]
+    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    if pending:
+        stop_all()
+        await asyncio.wait(pending)
+    codes = []
+    for executor, task in zip(executors, tasks, strict=True):
+        failure = task.exception()
+        if failure is not None:
+            logger.error("executor %s failed", executor.device_id, exc_info=failure)
+        codes.append(1 if failure is not None else task.result())
+    return max(codes)
 
 
 def remote_options(settings: Settings, rtt_ms: float | None, bandwidth_mbit_s: float | None,

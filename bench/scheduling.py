@@ -125,7 +125,7 @@ def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, A
     return {"fleet": fleet, "table": table, "capacity_per_s": capacity, "rate_per_s": rate,
             "load": rate / fp32, "time_scale": scale, "static_class": max(single, key=lambda c: single[c]),
             "single_class_capacity": single, "workloads": workloads, "arrivals": arrivals,
-            "profile": profile,
+            "profile": profile, "sim_rate_per_s": sim_rate,
             # A route partition per device of the largest class: each device its own lane.
             "route_partitions": max(DEFAULT_ROUTE_PARTITIONS, *counts.values())}
 
@@ -217,7 +217,7 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
         "fleet": [s.label() for s in prepared["fleet"]], "precisions": device_set.precisions,
         "capacity_per_s": prepared["capacity_per_s"], "rate_per_s": prepared["rate_per_s"],
         "time_scale": prepared["time_scale"], "static_class": prepared["static_class"],
-        "sim_rate_per_s": device_set.sim_rate_per_s or SIM_RATE_PER_S,
+        "sim_rate_per_s": prepared["sim_rate_per_s"],
         "route_partitions": prepared["route_partitions"],
         "load_of_fp32_capacity": prepared["load"],
         "workloads": len(prepared["workloads"]), "trace_seconds": float(prepared["arrivals"][-1]),

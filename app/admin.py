@@ -43,9 +43,7 @@ async def ensure_topics(settings: Settings, partitions: Mapping[str, int]) -> No
 
 def contract_topics(settings: Settings) -> dict[str, int]:
     """Every fixed topic of the contract with its partition count."""
-    from app.topics import TopicNames
-
-    names = TopicNames(settings.topic_namespace)
+    names = settings.topic_names
     return {
         names.workloads: settings.workload_partitions,
         names.outcomes: settings.workload_partitions,

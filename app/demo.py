@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import os
 import shutil
 import signal
 import socket
@@ -118,21 +116,6 @@ def executor_plan(sim: bool, cuda: list[str]) -> list[tuple[str, str]]:
     return plan
 
 
-def use_namespace(namespace: str) -> Any:
-    """Point this process's topic names at ``namespace`` and return app.submit using them.
-
-    Topic names are fixed when app.topics is imported; reload it (and app.submit, which copied
-    two names) if it was imported before the namespace was set.
-    """
-    os.environ["SWITCHYARD_TOPIC_NAMESPACE"] = namespace
-    topics = importlib.import_module("app.topics")
-    submit = importlib.import_module("app.submit")
-    if namespace != topics.NAMESPACE:
-        importlib.reload(topics)
-        submit = importlib.reload(submit)
-    return submit
-
-
 async def delete_namespace_topics(broker: str, prefixes: tuple[str, ...]) -> int:
     """Delete every topic whose name starts with one of ``prefixes`` (the demo's namespace and
     its app id, which prefixes Faust's changelog topics); returns how many."""
@@ -209,7 +192,8 @@ def _run(cluster: LocalCluster, settings: Any, sim: bool, workloads: int, rate: 
     print(f"dashboard: {address}", flush=True)
     with step(f"waiting for {len(executors)} executors ({', '.join(r + ':' + d for r, d in plan)})"):
         cluster.wait_devices([p.name for p in executors], timeout_s=240)
-    submit = use_namespace(cluster.namespace)
+    from app import submit
+
     client = settings.model_copy(update={"topic_namespace": cluster.namespace})
     trace = synthetic_trace(workloads, seed=0, id_prefix="demo-")
     timeout_s = workloads / max(rate, 0.1) + RESULT_GRACE_S

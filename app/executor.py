@@ -111,9 +111,10 @@ class Executor:
         self.threads = threads
         self.cpus = list(cpus) if cpus else None
         self.limits = limits_from(settings)
-        self.route_topic = topics.route_topic(runtime.device_class)
+        self.topics = settings.topic_names
+        self.route_topic = self.topics.route(runtime.device_class)
         # Namespaced like the topics, so isolated deployments sharing a cluster never share a group.
-        self.group_id = f"{topics.NAMESPACE}switchyard-executor.{runtime.device_class}"
+        self.group_id = self.topics.executor_group(runtime.device_class)
         self.capabilities = [list(c) for c in runtime.capabilities()]
         self.started_at_ms = now_ms()
         self.stopping = asyncio.Event()
@@ -399,7 +400,7 @@ class Executor:
         full, else by the linger timer, or before the next commit (the end of the routes in
         hand), whichever comes first."""
         if not self._outcome_partitions:
-            self._outcome_partitions = len(await producer.partitions_for(topics.OUTCOMES))
+            self._outcome_partitions = len(await producer.partitions_for(self.topics.outcomes))
         partition = topics.key_partition(workload_id, self._outcome_partitions)
         held = self._outcomes.setdefault(partition, [])
         held.append((workload_id, value))
@@ -425,7 +426,7 @@ class Executor:
             if held:
                 value = outcome_batch_bytes([v for _, v in held])
                 tasks.append(asyncio.create_task(self._send(
-                    producer, topics.OUTCOMES, held[0][0], value, partition)))
+                    producer, self.topics.outcomes, held[0][0], value, partition)))
         if not self._outcomes and self._outcome_timer is not None:
             self._outcome_timer.cancel()
             self._outcome_timer = None
@@ -437,8 +438,8 @@ class Executor:
             return []
         value = metric_columns_bytes(self._metric_rows)
         self._metric_rows, self._metric_bytes = [], 0
-        partition = await self._class_partition(producer, topics.METRICS)
-        return [asyncio.create_task(self._send(producer, topics.METRICS, self.device_id,
+        partition = await self._class_partition(producer, self.topics.metrics)
+        return [asyncio.create_task(self._send(producer, self.topics.metrics, self.device_id,
                                                value, partition))]
 
     async def _dead_letter(self, producer: RenewingProducer, message: Any, reason: str) -> None:
@@ -455,7 +456,7 @@ class Executor:
             rejected_at_ms=now_ms(),
             key=message.key.decode("utf-8", "replace") if message.key is not None else None,
         )
-        await self._send(producer, topics.DEADLETTER, record.key or "", record.dumps())
+        await self._send(producer, self.topics.deadletter, record.key or "", record.dumps())
 
     # --- heartbeats ------------------------------------------------------------------------
     async def _queue_depth(self, consumer: AIOKafkaConsumer) -> int:
@@ -506,8 +507,8 @@ class Executor:
             price_per_hour=self.price_per_hour,
             power_model=self.runtime.power_model.name if self.runtime.power_model else None,
         )
-        partition = await self._class_partition(producer, topics.HEARTBEATS)
-        await self._send(producer, topics.HEARTBEATS, self.device_id, record.dumps(), partition)
+        partition = await self._class_partition(producer, self.topics.heartbeats)
+        await self._send(producer, self.topics.heartbeats, self.device_id, record.dumps(), partition)
 
     async def _heartbeat_loop(self, producer: RenewingProducer, consumer: AIOKafkaConsumer) -> None:
         while True:

@@ -12,7 +12,6 @@ from typing import Any
 import faust
 
 from app import faust_patches
-from app import topics as names
 from app.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)
@@ -93,13 +92,14 @@ class Topics:
                                "value_serializer": "raw", "internal": True}
         # Inputs are read as raw bytes: the stage validates them itself so that bad input
         # becomes a dead letter with its original bytes rather than a crashed agent.
-        self.workloads = app.topic(names.WORKLOADS, partitions=settings.workload_partitions, **raw)
-        self.outcomes = app.topic(names.OUTCOMES, partitions=settings.workload_partitions, **raw)
-        self.metrics = app.topic(names.METRICS, partitions=settings.metric_partitions, **raw)
-        self.heartbeats = app.topic(names.HEARTBEATS, partitions=settings.metric_partitions, **raw)
+        names = settings.topic_names
+        self.workloads = app.topic(names.workloads, partitions=settings.workload_partitions, **raw)
+        self.outcomes = app.topic(names.outcomes, partitions=settings.workload_partitions, **raw)
+        self.metrics = app.topic(names.metrics, partitions=settings.metric_partitions, **raw)
+        self.heartbeats = app.topic(names.heartbeats, partitions=settings.metric_partitions, **raw)
         # Internal: re-route requests for in-flight work whose device class died.
-        self.reroutes = app.topic(names.REROUTES, partitions=settings.workload_partitions, **raw)
-        self.deadletter = app.topic(names.DEADLETTER, partitions=1, **raw)
+        self.reroutes = app.topic(names.reroutes, partitions=settings.workload_partitions, **raw)
+        self.deadletter = app.topic(names.deadletter, partitions=1, **raw)
         self._routes: dict[str, faust.TopicT] = {}
         self._app = app
         self._settings = settings
@@ -109,7 +109,7 @@ class Topics:
         topic = self._routes.get(device_class)
         if topic is None:
             topic = self._app.topic(
-                names.route_topic(device_class),
+                self._settings.topic_names.route(device_class),
                 partitions=self._settings.route_partitions,
                 key_type=str, key_serializer="raw", value_serializer="raw", internal=True,
             )

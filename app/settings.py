@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.topics import TopicNames
+
 PolicyName = Literal[
     "switchyard", "round_robin", "random", "pow2", "jsq", "static", "dmda", "oracle"
 ]
@@ -45,8 +47,8 @@ class Settings(BaseSettings):
     # --- The Faust worker ----------------------------------------------------------------------
     app_id: str = Field(default="switchyard", description="Faust app id (consumer group prefix).")
     topic_namespace: str = Field(
-        default="", description="Prefix of every topic name (read by app.topics at import); "
-        "empty gives the contract's names.",
+        default="", description="Prefix of every topic name (Settings.topic_names); empty "
+        "gives the contract's names.",
     )
     store: str = Field(default="rocksdb://", description="Table store: rocksdb:// or memory://.")
     data_dir: Path = Field(default=Path("data"), description="Worker state (RocksDB tables).")
@@ -226,6 +228,11 @@ class Settings(BaseSettings):
             raise ValueError("a link needs both SWITCHYARD_EXECUTOR_LINK_RTT_MS and "
                              "SWITCHYARD_EXECUTOR_LINK_BANDWIDTH_MBIT_S")
         return self
+
+    @property
+    def topic_names(self) -> TopicNames:
+        """The contract's topic names under this deployment's ``topic_namespace``."""
+        return TopicNames(self.topic_namespace)
 
     @property
     def broker_url(self) -> str:

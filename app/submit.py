@@ -21,7 +21,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from app.admin import contract_topics, ensure_topics
 from app.settings import Settings, get_settings
-from app.topics import TopicNames
 
 
 def load_trace(path: Path, limit: int | None = None, id_prefix: str | None = None,
@@ -88,7 +87,7 @@ async def _results_consumer(settings: Settings) -> AIOKafkaConsumer:
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.broker, enable_auto_commit=False,
                                 group_id=None, **settings.kafka_client_kwargs())
     await consumer.start()
-    results = TopicNames(settings.topic_namespace).results
+    results = settings.topic_names.results
     partitions = consumer.partitions_for_topic(results)
     if not partitions:
         await consumer._client.force_metadata_update()  # the topic may not exist yet
@@ -126,7 +125,7 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
             sent_at = time.time_ns() // 1_000_000
             workload.setdefault("submitted_at_ms", sent_at)
             summary.sent_at_ms[str(workload["id"])] = sent_at
-            await producer.send(TopicNames(settings.topic_namespace).workloads, json.dumps(workload).encode(),
+            await producer.send(settings.topic_names.workloads, json.dumps(workload).encode(),
                                 key=str(workload["id"]).encode())
             if progress and time.monotonic() - shown > 0.5:  # about twice a second
                 shown = time.monotonic()
@@ -192,7 +191,7 @@ def run_submit(trace: Path, rate: float | None, wait: bool, timeout_s: float,
     summary = asyncio.run(submit(workloads, rate, wait, timeout_s))
     if not wait:
         print(f"sent {summary.sent} workloads to "
-              f"{TopicNames(get_settings().topic_namespace).workloads}")
+              f"{get_settings().topic_names.workloads}")
         return 0
     report = summary.as_dict()
     print_summary(report)

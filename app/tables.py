@@ -33,7 +33,6 @@ from datetime import timedelta
 from typing import Any
 
 from app.main import app, settings
-from app.topics import RESULTS
 
 
 def store() -> dict[str, Any]:
@@ -74,7 +73,7 @@ completed = app.Table(
     # publishing the one result are the same write, and recovery rebuilds the set of completed
     # workloads from what consumers saw. That is what makes results exactly-once visible.
     changelog_topic=app.topic(
-        RESULTS,
+        settings.topic_names.results,
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",

@@ -7,35 +7,19 @@ one partition, so the window and learn stages own a class's state without a repa
 
 from __future__ import annotations
 
-import os
 import re
 import zlib
 from dataclasses import dataclass
 
 from aiokafka.partitioner import murmur2
 
-# An optional namespace put before every name (empty by default, so the names are exactly the
-# contract's). It lets several independent deployments — or test sessions — share one cluster.
-NAMESPACE = os.environ.get("SWITCHYARD_TOPIC_NAMESPACE", "")
-
-WORKLOADS = f"{NAMESPACE}switchyard.workloads"
-ROUTES_PREFIX = f"{NAMESPACE}switchyard.routes."
-METRICS = f"{NAMESPACE}switchyard.metrics"
-HEARTBEATS = f"{NAMESPACE}switchyard.heartbeats"
-RESULTS = f"{NAMESPACE}switchyard.results"
-DEADLETTER = f"{NAMESPACE}switchyard.deadletter"
-# Internal: executors' raw outcomes, keyed by workload id. The worker turns the first outcome of
-# each workload into its one record on switchyard.results and drops later duplicates.
-OUTCOMES = f"{NAMESPACE}switchyard.outcomes"
-# Internal: requests to route a workload again after its device class died.
-REROUTES = f"{NAMESPACE}switchyard.reroutes"
-
-
 
 @dataclass(frozen=True)
 class TopicNames:
-    """The contract's topic names under one namespace (``Settings.topic_namespace``), for
-    clients that take their settings as an argument rather than from the environment."""
+    """The contract's topic names under one namespace (``Settings.topic_namespace``; empty:
+    exactly the contract's names). The one place a topic name is built: every process takes
+    its names from its settings (``Settings.topic_names``), none from the environment at
+    import, so several deployments — or test sessions — share one cluster side by side."""
 
     namespace: str = ""
 
@@ -52,10 +36,14 @@ class TopicNames:
 
     @property
     def outcomes(self) -> str:
+        """Internal: executors' raw outcomes, keyed by workload id. The worker turns the first
+        outcome of each workload into its one record on the results topic and drops later
+        duplicates."""
         return self._name("outcomes")
 
     @property
     def reroutes(self) -> str:
+        """Internal: requests to route a workload again after its device class died."""
         return self._name("reroutes")
 
     @property
@@ -70,6 +58,21 @@ class TopicNames:
     def deadletter(self) -> str:
         return self._name("deadletter")
 
+    @property
+    def routes_prefix(self) -> str:
+        """What every route topic's name starts with (the device class follows)."""
+        return self._name("routes.")
+
+    def route(self, device_class: str) -> str:
+        """The route topic of one device class."""
+        if not is_device_class(device_class):
+            raise ValueError(f"device class {device_class!r} is not topic-safe")
+        return self.routes_prefix + device_class
+
+    def executor_group(self, device_class: str) -> str:
+        """The consumer group of one device class's executors."""
+        return f"{self.namespace}switchyard-executor.{device_class}"
+
 
 _CLASS_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 
@@ -77,13 +80,6 @@ _CLASS_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 def is_device_class(name: str) -> bool:
     """Whether ``name`` is a topic-safe device class (``<runtime>-<device kind>-<model>``)."""
     return bool(_CLASS_RE.match(name)) and name.count("-") >= 1
-
-
-def route_topic(device_class: str) -> str:
-    """The route topic of one device class."""
-    if not is_device_class(device_class):
-        raise ValueError(f"device class {device_class!r} is not topic-safe")
-    return ROUTES_PREFIX + device_class
 
 
 def key_partition(key: str, partitions: int) -> int:

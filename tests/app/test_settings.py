@@ -137,3 +137,27 @@ def test_key_partition_is_kafkas_default_partitioner() -> None:
             key = f"wl-{i}-{'x' * (i % 5)}"
             assert key_partition(key, count) == DefaultPartitioner()(
                 key.encode(), list(range(count)), list(range(count)))
+
+
+def test_topic_names_come_from_the_settings(monkeypatch) -> None:
+    """Every name is built from ``Settings.topic_namespace`` (issue 12: not from the environment
+    read once at import), so two namespaces can live in one process."""
+    from app.executor import Executor
+    from runtimes.sim_rt import SimRuntime
+
+    monkeypatch.setenv("SWITCHYARD_TOPIC_NAMESPACE", "from-env.")
+    assert Settings().topic_names.workloads == "from-env.switchyard.workloads"
+    one, other = Settings(topic_namespace="a."), Settings(topic_namespace="")
+    assert one.topic_names.results == "a.switchyard.results"
+    assert other.topic_names.results == "switchyard.results"  # the contract's own names
+    assert one.topic_names.route("sim-h100") == "a.switchyard.routes.sim-h100"
+    assert one.topic_names.executor_group("sim-h100") == "a.switchyard-executor.sim-h100"
+    with pytest.raises(ValueError, match="not topic-safe"):
+        one.topic_names.route("Bad Class")
+    executor = Executor(one, SimRuntime("h100"), "dev-0")
+    try:
+        assert executor.route_topic == "a.switchyard.routes.sim-h100"
+        assert executor.group_id == "a.switchyard-executor.sim-h100"
+        assert executor.topics.metrics == "a.switchyard.metrics"
+    finally:
+        executor.compute.shutdown(wait=False)

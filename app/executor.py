@@ -19,7 +19,7 @@ route not yet run. Metrics are gathered and published as one record of many rows
 columnar batch form, version 3) every ``executor_metric_linger_ms`` or ``executor_metric_batch_rows`` rows, and
 before every commit. The batch's offsets are committed once every record published for it is
 acknowledged (at the end of the batch, or sooner when a batch of slow ops has run for
-``COMMIT_EVERY_S``). SIGTERM/SIGINT finish the op in hand, publish its records, commit up to
+``COMMIT_EVERY_S``), in the background while the next batch runs, one commit pending at most. SIGTERM/SIGINT finish the op in hand, publish its records, commit up to
 it — the fetched routes not yet run stay uncommitted, for another instance — send a last
 ``stopping`` heartbeat and leave the group.
 """
@@ -121,6 +121,7 @@ class Executor:
         self.capabilities = [list(c) for c in runtime.capabilities()]
         self.started_at_ms = now_ms()
         self.stopping = asyncio.Event()
+        self._committing: asyncio.Task[None] | None = None  # the background commit
         self.in_hand = 0
         self.processed = 0
         self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
@@ -218,7 +219,10 @@ class Executor:
             self.group_id,
         )
         try:
-            await self._consume(producer, consumer)
+            try:
+                await self._consume(producer, consumer)
+            finally:
+                await self.commit_pending()  # what ran is committed before the group is left
         finally:
             heartbeats.cancel()
             try:
@@ -257,20 +261,20 @@ class Executor:
             # The fetched routes not yet run count as queued in the heartbeat (the consumer's
             # position is already past them).
             self.in_hand = len(batch)
-            plan = await loop.run_in_executor(self.compute, self._plan, batch)
             published: list[asyncio.Task[None]] = []
             ran: set[int] = set()
             last_commit = loop.time()
-            async for group, tasks in self._run_plan(producer, plan):
+            async for group, tasks in self._run_plan(producer, batch):
                 published.extend(tasks)
                 ran.update(group)
                 self.in_hand = len(batch) - len(ran)
                 if loop.time() - last_commit > COMMIT_EVERY_S:
-                    await self._commit_published(producer, consumer, published,
-                                                 committable(batch, ran))
+                    await self._commit_behind(producer, consumer, published,
+                                              committable(batch, ran))
                     published, last_commit = [], loop.time()
             self.in_hand = 0
-            await self._commit_published(producer, consumer, published, committable(batch, ran))
+            # The next batch is fetched and run while this one's records are acknowledged.
+            await self._commit_behind(producer, consumer, published, committable(batch, ran))
 
     async def _fetch_more(self, consumer: AIOKafkaConsumer, have: int) -> list[tuple[Any, Any]]:
         """Routes that arrive within ``executor_batch_wait_ms`` of the first, up to
@@ -320,14 +324,30 @@ class Executor:
         groups = plan_batches(keys, self.settings.executor_max_batch)
         return Plan([message for _, message in batch], routes, parsed, groups)
 
-    async def _commit_published(self, producer: RenewingProducer, consumer: AIOKafkaConsumer,
-                                published: list[asyncio.Task[None]],
-                                offsets: dict[TopicPartition, int]) -> None:
-        """Commit ``offsets`` once every record published for them (the metrics gathered
-        for them included) is acknowledged."""
+    async def _commit_behind(self, producer: RenewingProducer, consumer: AIOKafkaConsumer,
+                             published: list[asyncio.Task[None]],
+                             offsets: dict[TopicPartition, int]) -> None:
+        """Publish every record held for ``offsets`` now (outcomes and metrics gathered for
+        them), and commit ``offsets`` in the background once all of them are acknowledged, so
+        that the device runs the next routes meanwhile. At most one such commit is pending:
+        the previous one is waited for first (commits stay in order, and a broker outage stops
+        the executor after one batch, as before)."""
         published = (published + self._flush_outcomes(producer) + self._sending
                      + await self._flush_metrics(producer))
         self._sending = []
+        await self.commit_pending()
+        self._committing = asyncio.create_task(self._acked_then_commit(consumer, published,
+                                                                       offsets))
+
+    async def commit_pending(self) -> None:
+        """Wait for the pending background commit, if any (re-raising what it raised)."""
+        task, self._committing = self._committing, None
+        if task is not None:
+            await task
+
+    async def _acked_then_commit(self, consumer: AIOKafkaConsumer,
+                                 published: list[asyncio.Task[None]],
+                                 offsets: dict[TopicPartition, int]) -> None:
         if published:
             await asyncio.gather(*published)
         for tp, offset in offsets.items():
@@ -343,10 +363,11 @@ class Executor:
                 "commit of %s@%d failed (%s); the record will be redone", tp, offset, exc
             )
 
-    async def _run_plan(self, producer: RenewingProducer,
-                        plan: Plan) -> AsyncIterator[tuple[list[int], list[asyncio.Task[None]]]]:
-        """Run the plan's groups one after another in the compute thread, and yield each group
-        with the tasks publishing what it produced (not awaited here) as it finishes.
+    async def _run_plan(self, producer: RenewingProducer, batch: list[tuple[Any, Any]]
+                        ) -> AsyncIterator[tuple[list[int], list[asyncio.Task[None]]]]:
+        """Plan the fetched ``batch`` and run the plan's groups one after another in the
+        compute thread; yield each group with the tasks publishing what it produced (not
+        awaited here) as it finishes.
 
         The compute thread goes from one group straight to the next: the device does not wait
         for the event loop to publish a result and hand it the next route (with ten sim
@@ -355,23 +376,25 @@ class Executor:
         other group: the op in hand finishes and is published, the rest stays uncommitted for
         another instance."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Queue[tuple[list[int], list[WorkResult] | None] | None] = asyncio.Queue()
+        done: asyncio.Queue[tuple[Plan, list[int], list[WorkResult] | None] | None] = (
+            asyncio.Queue())
         halt = threading.Event()  # publishing failed: run nothing more of this plan
 
         def run_groups() -> None:
             try:
+                plan = self._plan(batch)
                 for group in plan.groups:
                     if self.stopping.is_set() or halt.is_set():
                         break
                     results = self._execute(plan, group)
-                    loop.call_soon_threadsafe(done.put_nowait, (group, results))
+                    loop.call_soon_threadsafe(done.put_nowait, (plan, group, results))
             finally:
                 loop.call_soon_threadsafe(done.put_nowait, None)
 
         running = loop.run_in_executor(self.compute, run_groups)
         try:
             while (finished := await done.get()) is not None:
-                group, results = finished
+                plan, group, results = finished
                 yield group, await self._publish_group(producer, plan, group, results)
         finally:
             halt.set()

@@ -17,16 +17,21 @@ from runtimes.sim_rt import SimRuntime
 WAIT_S = 10.0  # a bound for a deadlock, never reached when the logic is right
 
 
-def executor() -> Executor:
-    return Executor(Settings(), SimRuntime("h100"), "dev-0")
+def executor(routes: int) -> Executor:
+    """An executor whose plan of a fetched batch is ``routes`` routes, one group each."""
+    ex = Executor(Settings(), SimRuntime("h100"), "dev-0")
+    plan = Plan([None] * routes, [{"id": f"w{i}"} for i in range(routes)], {},
+                [[i] for i in range(routes)])
+    ex._plan = lambda batch: plan  # type: ignore[method-assign]
+    return ex
 
 
-def plan(n: int) -> Plan:
-    return Plan([None] * n, [{"id": f"w{i}"} for i in range(n)], {}, [[i] for i in range(n)])
+def batch(n: int) -> list[Any]:
+    return [(None, None)] * n
 
 
 def test_the_next_route_runs_while_the_last_result_is_published() -> None:
-    ex = executor()
+    ex = executor(4)
     third_started = threading.Event()
     ran: list[int] = []
 
@@ -44,7 +49,7 @@ def test_the_next_route_runs_while_the_last_result_is_published() -> None:
         return []
 
     async def main() -> list[list[int]]:
-        return [group async for group, _ in ex._run_plan(None, plan(4))]  # type: ignore[arg-type]
+        return [group async for group, _ in ex._run_plan(None, batch(4))]  # type: ignore[arg-type]
 
     ex._execute = execute  # type: ignore[method-assign]
     ex._publish_group = publish  # type: ignore[method-assign]
@@ -56,7 +61,7 @@ def test_the_next_route_runs_while_the_last_result_is_published() -> None:
 
 
 def test_a_stopping_executor_finishes_the_op_in_hand_and_starts_no_other() -> None:
-    ex = executor()
+    ex = executor(3)
     release = threading.Event()
     ran: list[int] = []
 
@@ -76,7 +81,7 @@ def test_a_stopping_executor_finishes_the_op_in_hand_and_starts_no_other() -> No
             release.set()
 
         stopper = asyncio.create_task(stop_then_release())
-        groups = [group async for group, _ in ex._run_plan(None, plan(3))]  # type: ignore[arg-type]
+        groups = [group async for group, _ in ex._run_plan(None, batch(3))]  # type: ignore[arg-type]
         await stopper
         return groups
 
@@ -90,7 +95,7 @@ def test_a_stopping_executor_finishes_the_op_in_hand_and_starts_no_other() -> No
 
 
 def test_a_failed_publish_runs_nothing_more_of_the_plan() -> None:
-    ex = executor()
+    ex = executor(5)
     ran: list[int] = []
     first_published = threading.Event()
 
@@ -105,7 +110,7 @@ def test_a_failed_publish_runs_nothing_more_of_the_plan() -> None:
 
     async def main() -> None:
         try:
-            async for _ in ex._run_plan(None, plan(5)):  # type: ignore[arg-type]
+            async for _ in ex._run_plan(None, batch(5)):  # type: ignore[arg-type]
                 pass
         finally:
             first_published.set()
@@ -121,5 +126,74 @@ def test_a_failed_publish_runs_nothing_more_of_the_plan() -> None:
             raise AssertionError("the publishing error was swallowed")
         ex.compute.shutdown(wait=True)
         assert ran in ([0], [0, 1])  # at most the op already started when publishing failed
+    finally:
+        ex.compute.shutdown(wait=False)
+
+
+class Consumer:
+    """Records the offsets committed, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[Any] = []
+
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        self.log.append(dict(offsets))
+
+
+def test_a_batch_is_committed_in_the_background_after_its_acks_and_in_order() -> None:
+    from aiokafka import TopicPartition
+
+    tp = TopicPartition("routes", 0)
+    ex = executor(1)
+    consumer = Consumer()
+
+    async def main() -> None:
+        acks = [asyncio.Event(), asyncio.Event()]
+
+        async def send(i: int) -> None:
+            await acks[i].wait()
+            consumer.log.append(f"ack {i}")
+
+        first = asyncio.create_task(send(0))
+        await ex._commit_behind(None, consumer, [first], {tp: 5})  # type: ignore[arg-type]
+        # Returned at once: the next batch runs while the first one's records travel.
+        assert consumer.log == []
+        second = asyncio.create_task(send(1))
+        behind = asyncio.create_task(
+            ex._commit_behind(None, consumer, [second], {tp: 9}))  # type: ignore[arg-type]
+        acks[1].set()  # the later batch is acknowledged first ...
+        await asyncio.sleep(0.01)
+        assert {tp: 9} not in consumer.log  # ... and still waits for the earlier commit
+        acks[0].set()
+        await behind
+        await ex.commit_pending()
+
+    try:
+        asyncio.run(main())
+        assert consumer.log == ["ack 1", "ack 0", {tp: 5}, {tp: 9}]
+    finally:
+        ex.compute.shutdown(wait=False)
+
+
+def test_a_failed_background_commit_is_raised_by_the_next() -> None:
+    from aiokafka import TopicPartition
+
+    ex = executor(1)
+
+    async def fail() -> None:
+        raise RuntimeError("no ack")
+
+    async def main() -> None:
+        await ex._commit_behind(None, Consumer(), [asyncio.create_task(fail())],  # type: ignore[arg-type]
+                                {TopicPartition("routes", 0): 1})
+        await ex.commit_pending()
+
+    try:
+        try:
+            asyncio.run(main())
+        except RuntimeError as exc:
+            assert "no ack" in str(exc)
+        else:
+            raise AssertionError("the failed commit was swallowed")
     finally:
         ex.compute.shutdown(wait=False)

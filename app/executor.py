@@ -19,9 +19,10 @@ route not yet run. Metrics are gathered and published as one record of many rows
 columnar batch form, version 3) every ``executor_metric_linger_ms`` or ``executor_metric_batch_rows`` rows, and
 before every commit. The batch's offsets are committed once every record published for it is
 acknowledged (at the end of the batch, or sooner when a batch of slow ops has run for
-``COMMIT_EVERY_S``), in the background while the next batch runs, one commit pending at most. SIGTERM/SIGINT finish the op in hand, publish its records, commit up to
-it — the fetched routes not yet run stay uncommitted, for another instance — send a last
-``stopping`` heartbeat and leave the group.
+``COMMIT_EVERY_S``), in the background while the next batch runs, one commit pending at most.
+SIGTERM/SIGINT finish the op in hand, publish its records, commit up to it — the fetched
+routes not yet run stay uncommitted, for another instance — send a last ``stopping``
+heartbeat and leave the group.
 """
 
 from __future__ import annotations
@@ -372,9 +373,9 @@ class Executor:
         The compute thread goes from one group straight to the next: the device does not wait
         for the event loop to publish a result and hand it the next route (with ten sim
         executors, the worker and the broker sharing two cores at 454 workloads/s, the median
-        gap between two routes in hand fell from 1.15 to 0.35 ms; BENCHMARKS.md). Once ``stopping`` is set the thread starts no
-        other group: the op in hand finishes and is published, the rest stays uncommitted for
-        another instance."""
+        gap between two routes in hand fell from 1.15 to 0.35 ms; BENCHMARKS.md). Once
+        ``stopping`` is set the thread starts no other group: the op in hand finishes and is
+        published, the rest stays uncommitted for another instance."""
         loop = asyncio.get_running_loop()
         done: asyncio.Queue[tuple[Plan, list[int], list[WorkResult] | None] | None] = (
             asyncio.Queue())

@@ -115,6 +115,7 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
     await producer.start()
     wanted = {str(w["id"]) for w in workloads}
     shown = 0.0
+    topic = settings.topic_names.workloads
     try:
         started = time.monotonic()
         for i, workload in enumerate(workloads):
@@ -125,7 +126,7 @@ async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool
             sent_at = time.time_ns() // 1_000_000
             workload.setdefault("submitted_at_ms", sent_at)
             summary.sent_at_ms[str(workload["id"])] = sent_at
-            await producer.send(settings.topic_names.workloads, json.dumps(workload).encode(),
+            await producer.send(topic, json.dumps(workload).encode(),
                                 key=str(workload["id"]).encode())
             if progress and time.monotonic() - shown > 0.5:  # about twice a second
                 shown = time.monotonic()

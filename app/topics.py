@@ -58,16 +58,11 @@ class TopicNames:
     def deadletter(self) -> str:
         return self._name("deadletter")
 
-    @property
-    def routes_prefix(self) -> str:
-        """What every route topic's name starts with (the device class follows)."""
-        return self._name("routes.")
-
     def route(self, device_class: str) -> str:
         """The route topic of one device class."""
         if not is_device_class(device_class):
             raise ValueError(f"device class {device_class!r} is not topic-safe")
-        return self.routes_prefix + device_class
+        return self._name(f"routes.{device_class}")
 
     def executor_group(self, device_class: str) -> str:
         """The consumer group of one device class's executors."""

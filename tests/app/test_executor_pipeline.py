@@ -17,12 +17,20 @@ from runtimes.sim_rt import SimRuntime
 WAIT_S = 10.0  # a bound for a deadlock, never reached when the logic is right
 
 
-def executor(routes: int) -> Executor:
-    """An executor whose plan of a fetched batch is ``routes`` routes, one group each."""
+async def published_nothing(producer: Any, p: Plan, group: list[int], results: Any) -> list[Any]:
+    return []
+
+
+def executor(routes: int, execute: Any = None, publish: Any = published_nothing) -> Executor:
+    """An executor whose plan of a fetched batch is ``routes`` routes, one group each, run by
+    ``execute`` (in the compute thread) and published by ``publish`` (fakes)."""
     ex = Executor(Settings(), SimRuntime("h100"), "dev-0")
     plan = Plan([None] * routes, [{"id": f"w{i}"} for i in range(routes)], {},
                 [[i] for i in range(routes)])
     ex._plan = lambda batch: plan  # type: ignore[method-assign]
+    if execute is not None:
+        ex._execute = execute  # type: ignore[method-assign]
+    ex._publish_group = publish  # type: ignore[method-assign]
     return ex
 
 
@@ -31,7 +39,6 @@ def batch(n: int) -> list[Any]:
 
 
 def test_the_next_route_runs_while_the_last_result_is_published() -> None:
-    ex = executor(4)
     third_started = threading.Event()
     ran: list[int] = []
 
@@ -51,8 +58,7 @@ def test_the_next_route_runs_while_the_last_result_is_published() -> None:
     async def main() -> list[list[int]]:
         return [group async for group, _ in ex._run_plan(None, batch(4))]  # type: ignore[arg-type]
 
-    ex._execute = execute  # type: ignore[method-assign]
-    ex._publish_group = publish  # type: ignore[method-assign]
+    ex = executor(4, execute, publish)
     try:
         assert asyncio.run(main()) == [[0], [1], [2], [3]]
         assert ran == [0, 1, 2, 3]
@@ -61,16 +67,12 @@ def test_the_next_route_runs_while_the_last_result_is_published() -> None:
 
 
 def test_a_stopping_executor_finishes_the_op_in_hand_and_starts_no_other() -> None:
-    ex = executor(3)
     release = threading.Event()
     ran: list[int] = []
 
     def execute(p: Plan, group: list[int]) -> Any:
         ran.append(group[0])
         assert release.wait(WAIT_S)  # the op in hand while the executor is told to stop
-        return []
-
-    async def publish(producer: Any, p: Plan, group: list[int], results: Any) -> list[Any]:
         return []
 
     async def main() -> list[list[int]]:
@@ -85,8 +87,7 @@ def test_a_stopping_executor_finishes_the_op_in_hand_and_starts_no_other() -> No
         await stopper
         return groups
 
-    ex._execute = execute  # type: ignore[method-assign]
-    ex._publish_group = publish  # type: ignore[method-assign]
+    ex = executor(3, execute)
     try:
         assert asyncio.run(main()) == [[0]]
         assert ran == [0]
@@ -95,7 +96,6 @@ def test_a_stopping_executor_finishes_the_op_in_hand_and_starts_no_other() -> No
 
 
 def test_a_failed_publish_runs_nothing_more_of_the_plan() -> None:
-    ex = executor(5)
     ran: list[int] = []
     first_published = threading.Event()
 
@@ -115,8 +115,7 @@ def test_a_failed_publish_runs_nothing_more_of_the_plan() -> None:
         finally:
             first_published.set()
 
-    ex._execute = execute  # type: ignore[method-assign]
-    ex._publish_group = publish  # type: ignore[method-assign]
+    ex = executor(5, execute, publish)
     try:
         try:
             asyncio.run(main())

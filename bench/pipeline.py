@@ -320,35 +320,58 @@ def decide_path(rates: list[float], seconds: float) -> dict[str, Any]:
                   f"{fmt(load['cpu_ms_per_workload']['worker'])} ms/workload", flush=True)
     finally:
         cluster.stop()
-    floor = kafka_floor(FLOOR_RATE_PER_S, seconds)
-    out["floor"] = floor
-    print(f"[pipeline] the same four hops over raw aiokafka at {FLOOR_RATE_PER_S:g}/s: p50 "
-          f"{fmt(floor['round_trip_ms']['p50'])} ms, p99 {fmt(floor['round_trip_ms']['p99'])} ms",
-          flush=True)
+    for key, processes in (("floor", False), ("floor_processes", True)):
+        floor = kafka_floor(FLOOR_RATE_PER_S, seconds, processes=processes)
+        out[key] = floor
+        print(f"[pipeline] the same four hops over raw aiokafka at {FLOOR_RATE_PER_S:g}/s, "
+              f"{'a process per relay' if processes else 'relays in one process'}: p50 "
+              f"{fmt(floor['round_trip_ms']['p50'])} ms, p99 "
+              f"{fmt(floor['round_trip_ms']['p99'])} ms", flush=True)
     return out
 
 
 def floor_sentence(decide: dict[str, Any]) -> str:
-    """The round trip's floor (bench/kafka_floor.py) and the round trip at its rate over it."""
+    """The round trip's floors (bench/kafka_floor.py: the relays in one process, and each in a
+    process of its own) and the round trip at their rate over them."""
     floor = decide.get("floor")
     if not floor:
         return ""
-    trip = floor["round_trip_ms"]
     load = decide["loads"].get(f"{floor['rate_per_s']:g}")
-    ratio = ""
-    if load and trip["p50"] and trip["p99"]:
-        ours = load["kafka_overhead_ms"]
-        ratio = (f"; Switchyard's round trip at that rate is {fmt(ours['p50'] / trip['p50'], '.2f')}"
-                 f"× that at p50 and {fmt(ours['p99'] / trip['p99'], '.2f')}× at p99")
-    return (f"**The round trip's floor**: the same four hops (workload → worker → executor → "
+    ours = load["kafka_overhead_ms"] if load else None
+
+    def over(trip: dict[str, Any]) -> str:
+        if not ours or not trip["p50"] or not trip["p99"]:
+            return ""
+        return (f"{fmt(ours['p50'] / trip['p50'], '.2f')}× that at p50 and "
+                f"{fmt(ours['p99'] / trip['p99'], '.2f')}× at p99")
+
+    trip = floor["round_trip_ms"]
+    apart = decide.get("floor_processes")
+    text = (f"**The round trip's floor**: the same four hops (workload → worker → executor → "
             f"worker → client) with nothing but aiokafka in between (three relays that consume a "
             f"topic and produce each record to the next, acks=all, no linger; "
             f"`bench/kafka_floor.py`), {floor['received']}/{floor['sent']} records at "
-            f"{floor['rate_per_s']:g}/s: p50 {fmt(trip['p50'])} ms, p99 {fmt(trip['p99'])} ms"
-            f"{ratio}."
-            + (" Issue 12's round-trip goal (p50 ≤ 5 ms) is at or below this floor on this "
-               "machine: it would leave Switchyard's own work no time at all."
-               if trip["p50"] and trip["p50"] >= 5.0 else ""))
+            f"{floor['rate_per_s']:g}/s: p50 {fmt(trip['p50'])} ms, p99 {fmt(trip['p99'])} ms "
+            f"with the relays in the client's process")
+    if apart:
+        at = apart["round_trip_ms"]
+        text += (f"; {apart['received']}/{apart['sent']} records, p50 {fmt(at['p50'])} ms, p99 "
+                 f"{fmt(at['p99'])} ms with each relay in a process of its own, as the worker "
+                 f"and the executors are")
+    if over(trip):
+        text += f". Switchyard's round trip at that rate is {over(trip)}"
+        if apart and over(apart["round_trip_ms"]):
+            text += f" of the first; {over(apart['round_trip_ms'])} of the second"
+    text += "."
+    floors = [t["p50"] for t in (trip, apart["round_trip_ms"] if apart else None)
+              if t and t["p50"]]
+    if floors and min(floors) >= 5.0:
+        text += (" Issue 12's round-trip goal (p50 ≤ 5 ms) is at or below this floor on this "
+                 "machine: it would leave Switchyard's own work no time at all.")
+    elif floors and max(floors) >= 5.0:
+        text += (" Issue 12's round-trip goal (p50 ≤ 5 ms) is at or below the floor with a "
+                 "process per hop on this machine, the way Switchyard runs.")
+    return text
 
 
 def plot(results: dict[str, Any], out_dir: Path) -> Path:

@@ -358,13 +358,13 @@ def floor_sentence(decide: dict[str, Any]) -> str:
         text += (f"; {apart['received']}/{apart['sent']} records, p50 {fmt(at['p50'])} ms, p99 "
                  f"{fmt(at['p99'])} ms with each relay in a process of its own, as the worker "
                  f"and the executors are")
-    if over(trip):
-        text += f". Switchyard's round trip at that rate is {over(trip)}"
-        if apart and over(apart["round_trip_ms"]):
-            text += f" of the first; {over(apart['round_trip_ms'])} of the second"
+    over_first, over_apart = over(trip), over(apart["round_trip_ms"]) if apart else ""
+    if over_first:
+        text += f". Switchyard's round trip at that rate is {over_first}"
+        if over_apart:
+            text += f" of the first; {over_apart} of the second"
     text += "."
-    floors = [t["p50"] for t in (trip, apart["round_trip_ms"] if apart else None)
-              if t and t["p50"]]
+    floors = [t["p50"] for t in [trip] + ([apart["round_trip_ms"]] if apart else []) if t["p50"]]
     if floors and min(floors) >= 5.0:
         text += (" Issue 12's round-trip goal (p50 ≤ 5 ms) is at or below this floor on this "
                  "machine: it would leave Switchyard's own work no time at all.")

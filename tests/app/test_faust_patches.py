@@ -694,3 +694,55 @@ async def test_a_failed_delivery_crashes_the_worker_and_stops_the_stage() -> Non
     sent.add(bad)
     assert await sent.failed(fake_app)
     assert len(crashed) == 1 and "a route could not be published" in str(crashed[0])
+
+
+_UNLOGGED_WRITER = """
+import asyncio, logging, os, sys
+from types import SimpleNamespace
+from app import faust_patches
+faust_patches.install_unlogged_table_writes()
+from faust.stores.rocksdb import RocksDBOptions, Store
+db = RocksDBOptions().open(sys.argv[1])
+db.put(b"result", b"kept")
+if sys.argv[2] == "stop":
+    asyncio.run(Store.stop(SimpleNamespace(_dbs={0: db}, logger=logging.getLogger())))
+os._exit(0)  # no close, no destructor: what survives is what reached the disk
+"""
+
+
+def _written_then_exited(path: Any, how: str) -> bytes | None:
+    import subprocess
+    import sys
+
+    import rocksdict
+
+    subprocess.run([sys.executable, "-c", _UNLOGGED_WRITER, str(path), how], check=True,
+                   timeout=60)
+    db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+    try:
+        return db.get(b"result")
+    finally:
+        db.close()
+
+
+def test_table_writes_skip_the_wal_and_a_stopping_store_flushes_them(tmp_path: Any) -> None:
+    """Without the WAL a put that was never flushed dies with the process (the changelog is
+    the log: recovery replays it); Faust's Store.stop, patched, flushes before letting go."""
+    assert _written_then_exited(tmp_path / "exited", "exit") is None, "the put went to a WAL"
+    assert _written_then_exited(tmp_path / "stopped", "stop") == b"kept"
+
+
+def test_a_revoked_partition_is_flushed_before_faust_drops_it(tmp_path: Any) -> None:
+    import logging
+
+    from faust.stores.rocksdb import RocksDBOptions, Store
+    from faust.types import TP
+
+    flushed: list[bool] = []
+    db = SimpleNamespace(flush=lambda wait: flushed.append(wait))
+    other = SimpleNamespace(flush=lambda wait: pytest.fail("flushed a partition kept"))
+    table = SimpleNamespace(changelog_topic=SimpleNamespace(topics={"t-changelog"}))
+    store = SimpleNamespace(_dbs={3: db, 4: other}, logger=logging.getLogger())
+    Store.revoke_partitions(store, table, {TP("t-changelog", 3)})
+    assert flushed == [True] and set(store._dbs) == {4}
+    assert getattr(RocksDBOptions, "_switchyard_unlogged", False)

@@ -55,6 +55,15 @@ that shape with textbook constants; these features let a *linear* Bayesian regre
   With both (format 3 -> 4), replayed on the cost-model benchmark's measurements at 200
   rows per class, six held-out draws: held-out median error 16.1 -> 14.9 %, model layers
   27.0 -> 25.4 % (1000 rows: 13.3 -> 12.0 %, 25.5 -> 22.3 %), top-1 unchanged.
+* Smallest GEMM dim of a low-precision variant (format 5): the same ln(smallest dim / 64),
+  once more for a non-fp32 precision, shared by the kinds. An emulated or converted bf16
+  kernel (likely) packs and converts its operands per call, which a skinny GEMM amortises
+  worst: torch's bf16 over fp32 was three quarters of the held-out top-1 misses (the pick
+  flips near fp32 ~ 30-60 µs). Replayed on the cost-model benchmark's
+  measurements (200 rows per class, five draws, 17 held-out splits, rng seeds 5-8, 10-22),
+  with the live noise prior at 0.15 (models/costmodel.py NOISE_STD): held-out top-1
+  74.7 -> 75.7 %, median error 15.1 -> 14.6 %; model layers top-1 83.8 -> 86.0 %,
+  error 28.2 -> 27.7 % (the feature alone, noise prior 0.2: 74.6 %, 14.9 %, 85.6 %, 27.9 %).
 
 Every feature is a pure function of (op, variant, prior device), so `CostModel` caches the
 vector per (op, variant) and a prediction stays two dot products.
@@ -100,7 +109,7 @@ __all__ = [
 
 # Bumped whenever the vector below changes meaning: a stored model of another format is
 # rebuilt cold rather than read with its weights on the wrong features.
-FEATURE_FORMAT = 4
+FEATURE_FORMAT = 5
 # ln(0.1 ms): centring the work feature keeps the bias weight from absorbing the slopes.
 WORK_CENTRE = math.log(0.1)
 # Hinge knots of the global curve (ln ms of roofline work): 10 µs, 100 µs, 1 ms, 10 ms,
@@ -135,6 +144,7 @@ SHAPE_FEATURE_NAMES: tuple[str, ...] = (
     *(f"small@kind={k}" for k in OP_KINDS),
     "traffic",
     "traffic@compiled",
+    "small@lowprec",
 )
 N_SHAPE_FEATURES = len(SHAPE_FEATURE_NAMES)
 BIAS_INDEX = 0
@@ -333,7 +343,10 @@ def shape_features(
         x[_INDEX[name]] = math.log((per_call * calls + work_ms) / (per_call + work_ms))
     if variant.mode != "eager":
         x[_INDEX["calls@compiled"]] = x[_INDEX["calls@50us"]]
-    x[_INDEX[f"small@kind={kind}"]] = math.log(smallest_dim(op) / SMALL_DIM_CENTRE)
+    small = math.log(smallest_dim(op) / SMALL_DIM_CENTRE)
+    x[_INDEX[f"small@kind={kind}"]] = small
+    if variant.precision != "fp32":
+        x[_INDEX["small@lowprec"]] = small
     traffic_ms = (eager_traffic_elements(op) * PRECISION_BYTES[variant.precision]
                   / max(mem_bw_bytes_s, 1.0) * 1e3)
     x[_INDEX["traffic"]] = math.log1p(traffic_ms / work_ms)

@@ -88,9 +88,10 @@ def fit_power_law(sizes: np.ndarray, times: np.ndarray, weights: np.ndarray) -> 
             f2 = fit(x2)[2]
     c = 0.5 * (lo + hi)
     log_a, b, _, c = min((fit(c) + (c,), fit(0.0) + (0.0,)), key=lambda r: r[2])
-    if not (math.isfinite(log_a) and math.isfinite(b)) or log_a > MAX_LOG:
+    if not (math.isfinite(log_a) and math.isfinite(b)) or abs(log_a) > MAX_LOG:
         # Sizes too close together for a slope (a law that scales time by e^700 between
-        # them): no law, the history's means answer instead.
+        # them, or an ``a`` below e^-700 that is 0.0 as a float): no law, the history's means
+        # answer instead.
         return None
     return math.exp(log_a), b, c
 

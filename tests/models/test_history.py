@@ -76,6 +76,13 @@ def test_sizes_too_close_for_a_slope_give_no_law_rather_than_an_overflow() -> No
     assert fit_power_law(sizes, np.array([3.0, 2.0, 1.0]), np.ones(3)) is None
 
 
+def test_a_slope_too_steep_for_a_float_gives_no_law_rather_than_a_zero_a() -> None:
+    # Times tripling between sizes 1 % apart: b ~ 112, a = e^-1540, 0.0 as a float, and
+    # regression_ms took its log (the cost-model benchmark crashed on one held-out draw).
+    sizes = np.array([1e6, 1.01e6, 1.02e6])
+    assert fit_power_law(sizes, np.array([1.0, 3.0, 9.0]), np.ones(3)) is None
+
+
 def test_power_law_from_history_predicts_unseen_sizes() -> None:
     history = HistoryModel()
     for n in (32, 64, 128, 256, 512):

@@ -60,10 +60,9 @@ that shape with textbook constants; these features let a *linear* Bayesian regre
   kernel (likely) packs and converts its operands per call, which a skinny GEMM amortises
   worst: torch's bf16 over fp32 was three quarters of the held-out top-1 misses (the pick
   flips near fp32 ~ 30-60 µs). Replayed on the cost-model benchmark's
-  measurements (200 rows per class, five draws, 17 held-out splits, rng seeds 5-8, 10-22),
-  with the live noise prior at 0.15 (models/costmodel.py NOISE_STD): held-out top-1
-  74.7 -> 75.7 %, median error 15.1 -> 14.6 %; model layers top-1 83.8 -> 86.0 %,
-  error 28.2 -> 27.7 % (the feature alone, noise prior 0.2: 74.6 %, 14.9 %, 85.6 %, 27.9 %).
+  measurements (200 rows per class, five draws, 17 held-out splits, rng seeds 5-8, 10-22):
+  held-out top-1 74.7 -> 74.6 %, median error 15.1 -> 14.9 %; model layers top-1
+  83.8 -> 85.6 %, error 28.2 -> 27.9 %.
 
 Every feature is a pure function of (op, variant, prior device), so `CostModel` caches the
 vector per (op, variant) and a prediction stays two dot products.

@@ -172,10 +172,12 @@ def measurement_floor(measured: list[dict[str, Any]]) -> dict[str, Any]:
 
 def evaluate(measured: list[dict[str, Any]], shapes: list[OpSpec], held_out: set[int],
              sizes: tuple[int, ...], seed: int,
-             unseen: dict[str, set[int]] | None = None, draws: int = 1) -> dict[str, Any]:
+             unseen: dict[str, set[int]] | None = None, draws: int = 1,
+             scored: tuple[str, ...] | None = None) -> dict[str, Any]:
     """APE, top-1, regret and calibration of every model after each training size, on the
     held-out shapes and on every named set of ``unseen`` shapes (never trained on either),
-    pooled over ``draws`` independent draws of the training rows.
+    pooled over ``draws`` independent draws of the training rows. ``scored``: only these
+    sets are scored (all of them, ``seen`` included, by default).
 
     Returns ``{"held_out": {model: {size: scores}}, <set name>: ...}``.
     """
@@ -183,8 +185,10 @@ def evaluate(measured: list[dict[str, Any]], shapes: list[OpSpec], held_out: set
     sets = {"held_out": held_out, **(unseen or {})}
     options, truth = split_measurements(measured, shapes, sets)
     # The training shapes themselves, scored too: a model on shapes it has measured.
-    truth = {**truth, "seen": seen_truth(options, shapes)}
-    sets = {**sets, "seen": set()}
+    if scored is None or "seen" in scored:
+        truth = {**truth, "seen": seen_truth(options, shapes)}
+        sets = {**sets, "seen": set()}
+    sets = {name: ids for name, ids in sets.items() if scored is None or name in scored}
     # As an online system sees them: any of a (shape, variant)'s timed runs, with repeats.
     pool: dict[str, list[Row]] = {
         c: [(op, variant, float(t), None) for op, variant, times in rows for t in times]
@@ -358,7 +362,7 @@ def cross_validate(measured: list[dict[str, Any]], shapes: list[OpSpec], count: 
     others = {"layers": set(range(count, len(shapes)))}
     for seed in seeds:
         scores = evaluate(measured, shapes, held_out_split(count, seed), (size,),
-                          seed=9, unseen=others, draws=draws)["held_out"]
+                          seed=9, unseen=others, draws=draws, scored=("held_out",))["held_out"]
         for name, by_size in scores.items():
             score = by_model.setdefault(name, {"top1": [], "median_ape": []})
             score["top1"].append(float(by_size[str(size)]["top1"]))

@@ -732,7 +732,7 @@ def test_table_writes_skip_the_wal_and_a_stopping_store_flushes_them(tmp_path: A
     assert _written_then_exited(tmp_path / "stopped", "stop") == b"kept"
 
 
-def test_a_revoked_partition_is_flushed_before_faust_drops_it(tmp_path: Any) -> None:
+def test_a_revoked_partition_is_flushed_before_faust_drops_it() -> None:
     import logging
 
     from faust.stores.rocksdb import RocksDBOptions, Store

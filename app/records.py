@@ -94,6 +94,10 @@ class MetricRecord(_Wire):
     attempt: int = 1
     simulated: bool = False
     throttled: bool = False
+    # The executor process's CPU time over the timed call, on a CPU device (null elsewhere, and
+    # from executors older than this field): at most ``exec_ms`` for an op that had its one
+    # core alone; less where other work on a shared core stretched the wall time.
+    cpu_ms: float | None = None
     # Dynamic batching: the workloads run by the one call this execution was part of (1: a
     # call of its own), and that call's whole time; ``exec_ms`` is then this workload's share,
     # ``batch_exec_ms / batch_size``. Rows of executors without batching have neither.

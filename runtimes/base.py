@@ -56,6 +56,12 @@ class Execution:
     batch_exec_ms: float | None = None
     # ``energy_j`` is modelled from published power (the simulator), not read from a counter.
     energy_simulated: bool = False
+    # The CPU time the executor's process spent over the timed call (all its threads), on a
+    # CPU device only (None elsewhere: a GPU's time is not the host's). Beside ``exec_ms`` it
+    # says how much of the wall time the op had its cores: on a core shared with other
+    # executors the wall time stretches with their work, the CPU time does not
+    # (docs/contract.md, ``cpu_ms``). A batched call's share, as ``exec_ms``.
+    cpu_ms: float | None = None
 
 
 def machine_arch() -> str:
@@ -184,10 +190,16 @@ class Runtime(ABC):
         stacked = self._to_numpy(out)
         return [stacked[i] for i in range(size)]
 
+    @property
+    def measures_cpu(self) -> bool:
+        """Whether executions report their CPU time (``Execution.cpu_ms``): real runtimes on
+        the host's CPU, where that time is the op's own work."""
+        return self.device == "cpu" and not self.simulated
+
     def _timed(self, key: tuple[str, Variant], build: Any, args: Any) -> tuple[
-            Any, float, float | None, float | None, float | None, bool]:
+            Any, float, float | None, float | None, float | None, bool, float | None]:
         """The honest timing loop: build and warm up a new key (untimed), then one measured
-        run. (output, elapsed ms, compile ms, setup ms, energy J, warmup)."""
+        run. (output, elapsed ms, compile ms, setup ms, energy J, warmup, CPU ms or None)."""
         compile_ms: float | None = None
         setup_ms: float | None = None
         warmup = key not in self._warm
@@ -203,12 +215,15 @@ class Runtime(ABC):
             self._warm.move_to_end(key)
             fn = self._warm[key]
         before = self.meter.sample()
+        cpu = self.measures_cpu
+        cpu_start = time.process_time_ns() if cpu else 0
         start = time.perf_counter_ns()
         out = fn(args)
         self._sync(out)
         elapsed_ns = time.perf_counter_ns() - start
+        cpu_ms = (time.process_time_ns() - cpu_start) / 1e6 if cpu else None
         energy_j = self.meter.joules(before, self.meter.sample())
-        return out, elapsed_ns / 1e6, compile_ms, setup_ms, energy_j, warmup
+        return out, elapsed_ns / 1e6, compile_ms, setup_ms, energy_j, warmup, cpu_ms
 
     def execute(self, spec: OpSpec, variant: Variant, inputs: dict[str, np.ndarray]) -> Execution:
         """Run ``spec`` in exactly ``variant`` on ``inputs`` and measure it.
@@ -220,7 +235,7 @@ class Runtime(ABC):
         if reason is not None:
             raise VariantRefused(reason)
         args = self._prepare(spec, variant, inputs)
-        out, exec_ms, compile_ms, setup_ms, energy_j, warmup = self._timed(
+        out, exec_ms, compile_ms, setup_ms, energy_j, warmup, cpu_ms = self._timed(
             (spec.signature(), variant), lambda: self._build(spec, variant, args), args)
         return Execution(
             output=self._to_numpy(out),
@@ -229,6 +244,7 @@ class Runtime(ABC):
             energy_j=energy_j,
             warmup=warmup,
             setup_ms=setup_ms,
+            cpu_ms=cpu_ms,
         )
 
     def execute_batch(
@@ -249,7 +265,7 @@ class Runtime(ABC):
         if reason is not None:
             raise VariantRefused(reason)
         args = self._prepare_batch(spec, variant, inputs)
-        out, batch_ms, compile_ms, setup_ms, energy_j, warmup = self._timed(
+        out, batch_ms, compile_ms, setup_ms, energy_j, warmup, cpu_ms = self._timed(
             (f"{spec.signature()}#batch={size}", variant),
             lambda: self._build_batch(spec, variant, args, size), args)
         outputs = self._split_batch(out, size)
@@ -263,6 +279,7 @@ class Runtime(ABC):
                 setup_ms=setup_ms if i == 0 else None,
                 batch_size=size,
                 batch_exec_ms=batch_ms,
+                cpu_ms=cpu_ms / size if cpu_ms is not None else None,
             )
             for i, output in enumerate(outputs)
         ]

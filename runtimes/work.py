@@ -255,6 +255,7 @@ def _records(
         "finished_at_ms": finished_at_ms,
         "predicted_ms": _number(route.get("predicted_ms")),
         "setup_ms": execution.setup_ms if execution else None,
+        "cpu_ms": execution.cpu_ms if execution else None,
         "throttled": throttled,
         "batch_exec_ms": batch_exec_ms,
         "transfer_bytes": moved[1] if moved else None,

@@ -85,3 +85,62 @@ def test_one_thread_uses_one_core_at_most(runtime: str) -> None:
     assert probe["masks"] == [[cpu]]
     assert probe["threads"] == 1
     assert probe["ratio"] <= 1.1, probe
+
+
+CPU_TIME_PROBE = """
+import json, os, subprocess, sys, time
+from runtimes.affinity import isolate
+isolate(1, sys.argv[2])
+from models.ops import Variant, make_inputs, parse_op
+from runtimes import get_runtime
+rt = get_runtime(sys.argv[1], "cpu")
+spec = parse_op({"kind": "matmul", "m": 768, "k": 768, "n": 768})
+inputs = make_inputs(spec, 0)
+variant = Variant("fp32", "eager")
+rt.execute(spec, variant, inputs)  # warm-up
+
+def ratios():
+    out = []
+    for _ in range(7):
+        run = rt.execute(spec, variant, inputs)
+        out.append(run.cpu_ms / run.exec_ms)
+    return sorted(out)[3]
+
+alone = ratios()
+spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+os.sched_setaffinity(spinner.pid, os.sched_getaffinity(0))
+time.sleep(0.2)
+shared = ratios()
+spinner.kill()
+print(json.dumps({"alone": alone, "shared": shared}))
+"""
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "torch", "jax"])
+def test_cpu_time_is_what_the_op_had_of_a_shared_core(runtime: str) -> None:
+    """An execution on a CPU reports the process's CPU time (``cpu_ms``, what the cost model
+    learns where it is below the wall time): at most the wall time on its one core, and about
+    half of it while another process spins on that core (the wall time doubles, the CPU time
+    does not)."""
+    cpu = max(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", CPU_TIME_PROBE, runtime, str(cpu)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 0.0 < probe["alone"] <= 1.1, probe
+    assert probe["shared"] < 0.8, probe
+
+
+def test_simulated_and_gpu_executions_report_no_cpu_time() -> None:
+    from models.ops import Variant, make_inputs, parse_op
+    from runtimes import get_runtime
+
+    spec = parse_op({"kind": "matmul", "m": 64, "k": 64, "n": 64})
+    sim = get_runtime("sim", "h100")
+    assert not sim.measures_cpu
+    assert sim.execute(spec, Variant("fp32", "eager"), make_inputs(spec, 0)).cpu_ms is None
+    numpy_rt = get_runtime("numpy", "cpu")
+    assert numpy_rt.measures_cpu
+    assert numpy_rt.execute(spec, Variant("fp32", "eager"), make_inputs(spec, 0)).cpu_ms is not None

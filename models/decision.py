@@ -66,10 +66,6 @@ class Candidate:
     # What the class's executor is expected to spend on the workload around the execution:
     # making its inputs, checksumming its output (models/handling.py; 0: not known).
     handling_ms: float = 0.0
-    # Work of other classes on the class's shared cores that is still queued when this
-    # workload would start: it runs alongside and stretches the execution by up to as much
-    # (models/dispatch.py::colocated; 0 where the class shares no core).
-    alongside_ms: float = 0.0
 
     @property
     def expected_wait_ms(self) -> float:

@@ -130,13 +130,6 @@ def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]
 def colocated_waits(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
                     device_wait: Mapping[str, float | None],
                     backlog_ms: Mapping[str, float]) -> dict[str, float | None]:
-    """Each class's wait on shared cores: the first half of `colocated`."""
-    return colocated(classes, sharing, device_wait, backlog_ms)[0]
-
-
-def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
-              device_wait: Mapping[str, float | None], backlog_ms: Mapping[str, float],
-              ) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each class's wait (``device_wait``, else its backlog over its instances) stretched by
     the classes whose pinned cores overlap its own (``sharing``, from `core_sharing`): while
     its own queue drains, each of them with work queued takes its turns on the shared cores,
@@ -153,12 +146,6 @@ def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[st
     busy, kept sending work to JAX. A neighbour's queued work is its backlog, but no more
     than its device wait times its instances (its dispatch overhead counted down as the
     class's own wait counts it).
-
-    Second, per class: the neighbours' queued work still left when a workload routed to it
-    would start (``alongside``, ms; absent where none): it runs beside that workload and
-    takes its turns on the core, so the execution stretches by up to as much (the policy
-    charges ``min(alongside, execution)``, models/policy.py). The cost model learns what an
-    op costs with the core to itself (agents/learn.py::model_times).
     """
     def queued(name: str) -> float:
         held = max(backlog_ms.get(name, 0.0), 0.0)
@@ -169,18 +156,11 @@ def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[st
         return min(held, max(wait, 0.0) * max(view.live_instances, 1))
 
     out: dict[str, float | None] = dict(device_wait)
-    alongside: dict[str, float] = {}
     for name, shares in sharing.items():
         own = out.get(name)
         if own is None:
             own = max(backlog_ms.get(name, 0.0), 0.0) / max(classes[name].live_instances, 1)
-        extra = later = 0.0
-        for other, share in shares.items():
-            held = queued(other)
-            extra += min(held, own) * share
-            later += max(held - own, 0.0) * share
+        extra = sum(min(queued(other), own) * share for other, share in shares.items())
         if extra > 0.0:
             out[name] = own + extra
-        if later > 0.0:
-            alongside[name] = later
-    return out, alongside
+    return out

@@ -124,8 +124,6 @@ class SwitchyardPolicy:
         setup = [float(c.setup_ms) for c in usable]
         transfer = [float(c.transfer_ms) for c in usable]
         handling = [float(c.handling_ms) for c in usable]
-        # Neighbours' work on a shared core that runs beside the execution and stretches it.
-        along = [float(c.alongside_ms) for c in usable]
         price = [float(c.price_per_hour) for c in usable]
         energy: list[float | None] = []
         estimated: list[bool] = []
@@ -167,8 +165,7 @@ class SwitchyardPolicy:
                          "cost": objective.get("cost", 0.0)}
 
         besides = [setup[i] + transfer[i] + handling[i] for i in range(n)]  # besides the execution
-        completion = [wait[i] + besides[i] + mean_ms[i] + min(along[i], mean_ms[i])
-                      for i in range(n)]
+        completion = [wait[i] + besides[i] + mean_ms[i] for i in range(n)]
         # What holding the device costs: its price over setup, transfer, handling, execution.
         cost = [price[i] * (besides[i] + mean_ms[i]) / HOUR_MS for i in range(n)]
         draw_cost = [price[i] * (besides[i] + draw_ms[i]) / HOUR_MS for i in range(n)]
@@ -196,8 +193,7 @@ class SwitchyardPolicy:
         greedy_scores = weighted_scores_plain(
             at(completion), None if mean_energy is None else at(mean_energy), objective,
             at(cost) if wants_cost else None)
-        draw_completion = [wait[i] + besides[i] + draw_ms[i] + min(along[i], draw_ms[i])
-                           for i in range(n)]
+        draw_completion = [wait[i] + besides[i] + draw_ms[i] for i in range(n)]
         draw_scores = weighted_scores_plain(
             at(draw_completion), None if draw_energy is None else at(draw_energy), objective,
             at(draw_cost) if wants_cost else None)

@@ -49,9 +49,6 @@ class Snapshot:
     transfer: dict[str, Any] = field(default_factory=dict)
     # Classes pinned to shared cores (models/dispatch.py::core_sharing of ``classes``).
     sharing: dict[str, dict[str, float]] = field(default_factory=dict)
-    # Per shared-core class, its neighbours' work left beside a workload it would start now
-    # (models/dispatch.py::colocated), refreshed with ``device_wait_ms``.
-    alongside_ms: dict[str, float] = field(default_factory=dict)
     # Each class's learned handling around the execution (models/handling.py); None: none.
     handling: Handling | None = None
 
@@ -84,8 +81,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
     kind = workload.op.kind
     signature = workload.op.signature()
     handling = snapshot.handling
-    backlog_ms, waits, alongside = (snapshot.backlog_ms, snapshot.device_wait_ms,
-                                    snapshot.alongside_ms)
+    backlog_ms, waits = snapshot.backlog_ms, snapshot.device_wait_ms
     for device_class, view, variant in class_variants(workload, snapshot.classes):
         stored_transfer = snapshot.transfer.get(device_class)
         handling_ms = transfer_ms = 0.0
@@ -107,8 +103,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
             device_class=device_class, variant=variant, live_instances=view.live_instances,
             backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms, cold=cold,
             device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
-            price_per_hour=view.price_per_hour, handling_ms=handling_ms,
-            alongside_ms=alongside.get(device_class, 0.0)))
+            price_per_hour=view.price_per_hour, handling_ms=handling_ms))
     return out
 
 

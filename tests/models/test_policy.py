@@ -568,24 +568,3 @@ def test_the_plain_float_scores_are_numpys_to_the_bit() -> None:
         for num, den in [(3.0, 0.0), (-3.0, 0.0), (3.0, -0.0), (0.0, 0.0), (6.0, 4.0)]:
             assert np.array_equal(_divide(num, den), np.float64(num) / np.float64(den),
                                   equal_nan=True)
-
-
-def test_switchyard_charges_work_alongside_on_a_shared_core_up_to_the_execution() -> None:
-    """Neighbours' work still queued on a shared core when the workload would start runs
-    beside it and stretches its execution (``alongside_ms``), by at most the execution itself
-    (the core shared two ways): an equal class alone wins; a class twice as fast still wins
-    beside 50 ms of a neighbour's work (2 x 4 ms < 10 ms)."""
-    models = {}
-    for name, ms in (("torch-cpu-x86", 10.0), ("numpy-cpu-x86", 10.0), ("jax-cpu-x86", 4.0)):
-        models[name] = CostModel.for_class(name)
-        for _ in range(60):
-            models[name].learn_one(MATMUL, FP32, ms)
-    policy = make_policy("switchyard")
-    for seed in range(20):
-        shared, alone = (Candidate("torch-cpu-x86", FP32, 1, 0.0, alongside_ms=50.0),
-                         Candidate("numpy-cpu-x86", FP32, 1, 0.0))
-        assert policy.decide(workload(), [shared, alone], models, None,
-                             rng(seed)).device_class == "numpy-cpu-x86"
-        fast = Candidate("jax-cpu-x86", FP32, 1, 0.0, alongside_ms=50.0)
-        assert policy.decide(workload(), [fast, alone], models, None,
-                             rng(seed)).device_class == "jax-cpu-x86"

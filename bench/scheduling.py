@@ -373,7 +373,10 @@ def report(results: dict[str, Any], quick: bool) -> str:
             parts.append("Simulated devices (every figure here is SIMULATED) at catalog speed "
                          "(time scale 1).")
         rows = []
-        for policy, s in data["policies"].items():
+        # In the policy order (the stored JSON has its keys sorted).
+        ordered = sorted(data["policies"].items(), key=lambda kv: (
+            POLICY_NAMES.index(kv[0]) if kv[0] in POLICY_NAMES else len(POLICY_NAMES), kv[0]))
+        for policy, s in ordered:
             if "completion_ms" not in s:
                 rows.append([policy, "failed"] + [""] * 12)
                 continue

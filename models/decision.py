@@ -66,6 +66,10 @@ class Candidate:
     # What the class's executor is expected to spend on the workload around the execution:
     # making its inputs, checksumming its output (models/handling.py; 0: not known).
     handling_ms: float = 0.0
+    # Other classes' queued work on the cores this class shares with them
+    # (models/dispatch.py::colocated; 0 where it shares none): its core is idle only when
+    # this is 0 too.
+    core_busy_ms: float = 0.0
 
     @property
     def expected_wait_ms(self) -> float:

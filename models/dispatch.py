@@ -130,6 +130,13 @@ def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]
 def colocated_waits(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
                     device_wait: Mapping[str, float | None],
                     backlog_ms: Mapping[str, float]) -> dict[str, float | None]:
+    """Each class's wait on shared cores: the first half of `colocated`."""
+    return colocated(classes, sharing, device_wait, backlog_ms)[0]
+
+
+def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
+              device_wait: Mapping[str, float | None], backlog_ms: Mapping[str, float],
+              ) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each class's wait (``device_wait``, else its backlog over its instances) stretched by
     the classes whose pinned cores overlap its own (``sharing``, from `core_sharing`): while
     its own queue drains, each of them with work queued takes its turns on the shared cores,
@@ -146,6 +153,11 @@ def colocated_waits(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapp
     busy, kept sending work to JAX. A neighbour's queued work is its backlog, but no more
     than its device wait times its instances (its dispatch overhead counted down as the
     class's own wait counts it).
+
+    Second, per class sharing cores: its neighbours' queued work on them (``busy``, ms, in
+    the share of their cores in common; absent where none): the core is idle only when that
+    is nothing too. The policy explores such a class only while its core is idle
+    (models/policy.py::_explore_only_when_idle).
     """
     def queued(name: str) -> float:
         held = max(backlog_ms.get(name, 0.0), 0.0)
@@ -156,11 +168,18 @@ def colocated_waits(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapp
         return min(held, max(wait, 0.0) * max(view.live_instances, 1))
 
     out: dict[str, float | None] = dict(device_wait)
+    busy: dict[str, float] = {}
     for name, shares in sharing.items():
         own = out.get(name)
         if own is None:
             own = max(backlog_ms.get(name, 0.0), 0.0) / max(classes[name].live_instances, 1)
-        extra = sum(min(queued(other), own) * share for other, share in shares.items())
+        extra = held = 0.0
+        for other, share in shares.items():
+            queued_ms = queued(other)
+            extra += min(queued_ms, own) * share
+            held += queued_ms * share
         if extra > 0.0:
             out[name] = own + extra
-    return out
+        if held > 0.0:
+            busy[name] = held
+    return out, busy

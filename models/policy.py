@@ -206,7 +206,8 @@ class SwitchyardPolicy:
             drawn = chosen
             chosen = self._explore_only_when_idle(
                 chosen, greedy, idx, greedy_scores, wait, setup, [c.cold for c in usable],
-                mean_ms, learned, samples, [c.variant.mode for c in usable])
+                mean_ms, learned, samples, [c.variant.mode for c in usable],
+                [float(c.core_busy_ms) for c in usable])
             held_back = chosen != drawn
             pick_at = idx.index(chosen)
 
@@ -291,21 +292,25 @@ class SwitchyardPolicy:
                                 greedy_scores: list[float], wait: list[float],
                                 setup: list[float], cold: list[bool], mean_ms: list[float],
                                 learned: list[bool], samples: list[int],
-                                usable_modes: list[str]) -> int:
+                                usable_modes: list[str], core_busy: list[float]) -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
         still near its prior; a shape whose setup there is unknown or costs more than the
         execution) on a class that is not idle and either busier than the greedy pick's or
         facing a compilation of unknown cost: then the best pick, by the means, among the
-        known, ready candidates."""
+        known, ready candidates. A class sharing its cores with others (``core_busy``: their
+        queued work there) is idle only while they are too: on one shared core a try of an
+        unknown option takes its turns from everything else queued there (the live sets'
+        first halves, BENCHMARKS.md: NumPy's softmax 132-540 ms beside torch's queue)."""
         known = [bool(learned[i]) and samples[i] >= self.cold_samples and not cold[i]
                  and setup[i] <= mean_ms[i] for i in range(len(learned))]
         exploring = chosen != greedy or not known[chosen]
         idle = max(IDLE_WAIT_MS, float(mean_ms[greedy]))
         # A compilation of unknown cost: a cold shape in a mode that compiles.
         compiles = [cold[i] and usable_modes[i] != "eager" for i in range(len(cold))]
-        if not exploring or wait[chosen] <= idle:
+        if not exploring or wait[chosen] + core_busy[chosen] <= idle:
             return chosen
-        if wait[chosen] <= wait[greedy] + idle and not compiles[chosen]:
+        if (wait[chosen] <= wait[greedy] + idle and not compiles[chosen]
+                and core_busy[chosen] <= 0.0):
             # No more work ahead of it than ahead of the greedy pick (classes sharing a core
             # wait for the same work) and no compilation of unknown cost: the exploration
             # queues nothing the greedy pick would not. Held back there, a class never tried

@@ -49,6 +49,9 @@ class Snapshot:
     transfer: dict[str, Any] = field(default_factory=dict)
     # Classes pinned to shared cores (models/dispatch.py::core_sharing of ``classes``).
     sharing: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per shared-core class, its neighbours' queued work on those cores
+    # (models/dispatch.py::colocated), refreshed with ``device_wait_ms``.
+    core_busy_ms: dict[str, float] = field(default_factory=dict)
     # Each class's learned handling around the execution (models/handling.py); None: none.
     handling: Handling | None = None
 
@@ -81,7 +84,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
     kind = workload.op.kind
     signature = workload.op.signature()
     handling = snapshot.handling
-    backlog_ms, waits = snapshot.backlog_ms, snapshot.device_wait_ms
+    backlog_ms, waits, busy = snapshot.backlog_ms, snapshot.device_wait_ms, snapshot.core_busy_ms
     for device_class, view, variant in class_variants(workload, snapshot.classes):
         stored_transfer = snapshot.transfer.get(device_class)
         handling_ms = transfer_ms = 0.0
@@ -103,7 +106,8 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
             device_class=device_class, variant=variant, live_instances=view.live_instances,
             backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms, cold=cold,
             device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
-            price_per_hour=view.price_per_hour, handling_ms=handling_ms))
+            price_per_hour=view.price_per_hour, handling_ms=handling_ms,
+            core_busy_ms=busy.get(device_class, 0.0)))
     return out
 
 

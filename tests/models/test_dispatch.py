@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.backlog import Backlog
-from models.dispatch import colocated_waits, core_sharing, route_partition
+from models.dispatch import colocated, colocated_waits, core_sharing, route_partition
 from models.registry import ClassView, live_classes
 
 
@@ -205,6 +205,11 @@ def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> N
     idle = colocated_waits(classes, core_sharing(classes),
                            {"torch-cpu-x86": 0.0, "jax-cpu-x86": 100.0}, backlog)
     assert idle["torch-cpu-x86"] == 0.0 and idle["jax-cpu-x86"] == 100.0
+    # ... on a busy core: half of jax's 100 queued ms are on torch's core; torch has nothing
+    # queued (its wait is 0), so jax's cores hold no one else's work; numpy and sim share none.
+    _, busy = colocated(classes, core_sharing(classes),
+                        {"torch-cpu-x86": 0.0, "jax-cpu-x86": 100.0}, backlog)
+    assert busy == {"torch-cpu-x86": 50.0}
     # A neighbour's work counts as its own wait counts it: torch's overhead already counted
     # down (its wait 25 of its 40 ms backlog) is not charged to jax either.
     waits = colocated_waits(classes, core_sharing(classes),

@@ -568,3 +568,27 @@ def test_the_plain_float_scores_are_numpys_to_the_bit() -> None:
         for num, den in [(3.0, 0.0), (-3.0, 0.0), (3.0, -0.0), (0.0, 0.0), (6.0, 4.0)]:
             assert np.array_equal(_divide(num, den), np.float64(num) / np.float64(den),
                                   equal_nan=True)
+
+
+def test_switchyard_explores_a_class_on_a_shared_core_only_while_the_core_is_idle() -> None:
+    """Torch is known (3 ms, 60 samples); NumPy, on the same core, was never tried. With
+    nothing queued on the core the draw tries NumPy now and then; with work queued on torch,
+    NumPy's own queue is empty but its core is not (``core_busy_ms``): a try would take its
+    turns from that work, so the known class goes. Without the core's work counted, NumPy's
+    empty queue let the tries through (the live sets' first halves)."""
+    torch = CostModel.for_class("torch-cpu-x86")
+    for _ in range(60):
+        torch.learn_one(MATMUL, FP32, 3.0)
+    models = {"torch-cpu-x86": torch}
+    policy = make_policy("switchyard")
+
+    def picks(torch_backlog: float, numpy_core_busy: float) -> set[str]:
+        offered = [Candidate("torch-cpu-x86", FP32, 1, torch_backlog, device_wait_ms=torch_backlog),
+                   Candidate("numpy-cpu-x86", FP32, 1, 0.0, device_wait_ms=0.0,
+                             core_busy_ms=numpy_core_busy)]
+        return {policy.decide(workload(), offered, models, None, rng(seed)).device_class
+                for seed in range(200)}
+
+    assert picks(0.0, 0.0) == {"torch-cpu-x86", "numpy-cpu-x86"}
+    assert picks(40.0, 40.0) == {"torch-cpu-x86"}
+    assert picks(40.0, 0.0) == {"torch-cpu-x86", "numpy-cpu-x86"}  # cores not shared

@@ -81,7 +81,7 @@ COMMIT_EVERY_S = 1.0
 # A metric batch stays well under the broker's default record size limit (1 MB).
 METRIC_BATCH_MAX_BYTES = 512 * 1024
 # Heartbeats name the host: with the pinned cores, it tells the router which executors share
-# a core (models/dispatch.py::colocated_waits).
+# a core (models/dispatch.py::colocated).
 HOST = socket.gethostname()[:255]
 
 

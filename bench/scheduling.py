@@ -229,14 +229,7 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
         out["warm_up"] = warm_up(device_set, prepared, policies[0], drain_s)
     for repeat in range(repeats):
         for policy in policies:  # interleaved: a slow spell of the machine hits every policy
-            started = time.monotonic()
-            try:
-                stats = run_policy(device_set, prepared, policy, drain_s)
-            except (RuntimeError, TimeoutError) as exc:
-                logger.error("%s/%s failed: %s", device_set.name, policy, exc)
-                stats = {"error": str(exc)[-2000:]}
-            stats["wall_s"] = time.monotonic() - started
-            stats["measured_at"] = now_utc()
+            stats = one_run(device_set, prepared, policy, drain_s)
             runs[policy].append(stats)
             c = stats.get("completion_ms", {})
             print(f"[scheduling] {device_set.name} {policy:<11} run {repeat + 1}/{repeats} "
@@ -250,6 +243,21 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
     return out
 
 
+def one_run(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
+            drain_s: float) -> dict[str, Any]:
+    """`run_policy` with its wall time and when it ran; a failed run's error instead of its
+    statistics."""
+    started = time.monotonic()
+    try:
+        stats = run_policy(device_set, prepared, policy, drain_s)
+    except (RuntimeError, TimeoutError) as exc:
+        logger.error("%s/%s failed: %s", device_set.name, policy, exc)
+        stats = {"error": str(exc)[-2000:]}
+    stats["wall_s"] = time.monotonic() - started
+    stats["measured_at"] = now_utc()
+    return stats
+
+
 def warm_up(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
             drain_s: float) -> dict[str, Any]:
     """One run of ``policy`` before a live set's measured runs, not kept: the first run after
@@ -257,16 +265,13 @@ def warm_up(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
     8 sets: 495-872 ms mean completion against 154-606 for the same policy's later runs; the
     first policy, switchyard, took that run in each, so its median was the slower of its two
     others). Returns what it measured, for the record."""
-    started = time.monotonic()
-    try:
-        stats = run_policy(device_set, prepared, policy, drain_s)
-    except (RuntimeError, TimeoutError) as exc:
-        logger.error("%s warm-up failed: %s", device_set.name, exc)
-        return {"policy": policy, "error": str(exc)[-2000:]}
+    stats = one_run(device_set, prepared, policy, drain_s)
+    if "error" in stats:
+        return {"policy": policy, "error": stats["error"]}
     mean = stats.get("completion_ms", {}).get("mean")
     print(f"[scheduling] {device_set.name} warm-up ({policy}, not kept) mean {fmt(mean)} ms, "
-          f"{time.monotonic() - started:.0f} s", flush=True)
-    return {"policy": policy, "mean_ms": mean, "measured_at": now_utc()}
+          f"{stats['wall_s']:.0f} s", flush=True)
+    return {"policy": policy, "mean_ms": mean, "measured_at": stats["measured_at"]}
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -127,13 +127,6 @@ def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]
     return out
 
 
-def colocated_waits(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
-                    device_wait: Mapping[str, float | None],
-                    backlog_ms: Mapping[str, float]) -> dict[str, float | None]:
-    """Each class's wait on shared cores: the first half of `colocated`."""
-    return colocated(classes, sharing, device_wait, backlog_ms)[0]
-
-
 def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
               device_wait: Mapping[str, float | None], backlog_ms: Mapping[str, float],
               ) -> tuple[dict[str, float | None], dict[str, float]]:

@@ -79,4 +79,3 @@ def test_the_learner_goes_on_from_the_models_it_wrote_only_while_they_are_the_st
         assert cold.samples == 0 and cold_history.version == 0
     finally:
         learn._LAST_WRITTEN.pop("sim-h100", None)
-

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.backlog import Backlog
-from models.dispatch import colocated, colocated_waits, core_sharing, route_partition
+from models.dispatch import colocated, core_sharing, route_partition
 from models.registry import ClassView, live_classes
 
 
@@ -191,9 +191,9 @@ def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> N
     }
     backlog = {"torch-cpu-x86": 40.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 7.0,
                "sim-h100": 500.0}
-    waits = colocated_waits(classes, core_sharing(classes),
-                            {"torch-cpu-x86": 40.0, "jax-cpu-x86": None,
-                             "numpy-cpu-x86": 7.0, "sim-h100": 250.0}, backlog)
+    waits, _ = colocated(classes, core_sharing(classes),
+                         {"torch-cpu-x86": 40.0, "jax-cpu-x86": None,
+                          "numpy-cpu-x86": 7.0, "sim-h100": 250.0}, backlog)
     # torch shares its one core with half of jax's two: while torch's 40 ms drain, jax's
     # queue takes half of its turns there.
     assert waits["torch-cpu-x86"] == 40.0 + 40.0 * 1 / 2
@@ -202,8 +202,8 @@ def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> N
     assert waits["jax-cpu-x86"] == 100.0 + 40.0
     assert waits["numpy-cpu-x86"] == 7.0 and waits["sim-h100"] == 250.0
     # An idle class starts at once beside a busy neighbour: its own executor's queue is empty.
-    idle = colocated_waits(classes, core_sharing(classes),
-                           {"torch-cpu-x86": 0.0, "jax-cpu-x86": 100.0}, backlog)
+    idle, _ = colocated(classes, core_sharing(classes),
+                        {"torch-cpu-x86": 0.0, "jax-cpu-x86": 100.0}, backlog)
     assert idle["torch-cpu-x86"] == 0.0 and idle["jax-cpu-x86"] == 100.0
     # ... on a busy core: half of jax's 100 queued ms are on torch's core; torch has nothing
     # queued (its wait is 0), so jax's cores hold no one else's work; numpy and sim share none.
@@ -212,8 +212,8 @@ def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> N
     assert busy == {"torch-cpu-x86": 50.0}
     # A neighbour's work counts as its own wait counts it: torch's overhead already counted
     # down (its wait 25 of its 40 ms backlog) is not charged to jax either.
-    waits = colocated_waits(classes, core_sharing(classes),
-                            {"torch-cpu-x86": 25.0, "jax-cpu-x86": None}, backlog)
+    waits, _ = colocated(classes, core_sharing(classes),
+                         {"torch-cpu-x86": 25.0, "jax-cpu-x86": None}, backlog)
     assert waits["jax-cpu-x86"] == 100.0 + 25.0
 
 

@@ -69,19 +69,25 @@ print(json.dumps({"ratio": cpu / wall, "masks": sorted(masks), "threads": thread
 """
 
 
+def run_probe(code: str, runtime: str) -> tuple[int, dict]:
+    """Run ``code`` for ``runtime`` in a fresh process pinned to the last core this test
+    process may use now (without the BLAS thread variables); (that core, its JSON line)."""
+    cpu = max(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", code, runtime, str(cpu)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return cpu, json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @multicore
 @pytest.mark.parametrize("runtime", ["numpy", "torch", "jax"])
 def test_one_thread_uses_one_core_at_most(runtime: str) -> None:
     """CPU time ÷ wall time of a 1024³ matmul stays at one core with --threads 1, for every
     runtime (JAX's XLA flags alone left it at ~1.7 on two cores), and every thread of the
     process carries the one-core mask."""
-    cpu = max(os.sched_getaffinity(0))  # the cores this test process may use now
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    done = subprocess.run([sys.executable, "-c", PROBE, runtime, str(cpu)], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    cpu, probe = run_probe(PROBE, runtime)
     assert probe["masks"] == [[cpu]]
     assert probe["threads"] == 1
     assert probe["ratio"] <= 1.1, probe
@@ -118,22 +124,15 @@ print(json.dumps({"alone": alone, "shared": shared}))
 
 @pytest.mark.parametrize("runtime", ["numpy", "torch", "jax"])
 def test_cpu_time_is_what_the_op_had_of_a_shared_core(runtime: str) -> None:
-    """An execution on a CPU reports the process's CPU time (``cpu_ms``, what the cost model
-    learns where it is below the wall time): at most the wall time on its one core, and about
-    half of it while another process spins on that core (the wall time doubles, the CPU time
-    does not)."""
-    cpu = max(os.sched_getaffinity(0))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    done = subprocess.run([sys.executable, "-c", CPU_TIME_PROBE, runtime, str(cpu)], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    """An execution on a CPU reports the process's CPU time (``cpu_ms``): at most the wall
+    time on its one core, and about half of it while another process spins on that core (the
+    wall time doubles, the CPU time does not)."""
+    _, probe = run_probe(CPU_TIME_PROBE, runtime)
     assert 0.0 < probe["alone"] <= 1.1, probe
     assert probe["shared"] < 0.8, probe
 
 
-def test_simulated_and_gpu_executions_report_no_cpu_time() -> None:
+def test_simulated_executions_report_no_cpu_time_and_cpu_runtimes_do() -> None:
     from models.ops import Variant, make_inputs, parse_op
     from runtimes import get_runtime
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from agents import registry
 from agents.metricbatch import (
     MetricBatch,
     MetricRow,
@@ -41,6 +42,8 @@ from app.tables import class_history, class_models, history, models
 from models.costmodel import CostModel, Row
 from models.history import HistoryModel
 from models.ops import OpSpec, SpecError, Variant, batched_equivalent, parse_op
+from models.priors import prior_for_class
+from models.registry import class_calibration
 from models.setup import update_setup
 from models.transfer import update_transfer
 
@@ -163,9 +166,16 @@ def learned_state(device_class: str, stored: dict[str, Any] | None,
             and stored.get("version") == last[0].version
             and stored_history.get("version") == last[1].version):
         return last
-    model = CostModel.from_dict(stored) if stored else CostModel.for_class(device_class)
+    model = CostModel.from_dict(stored) if stored else cold_model(device_class)
     hist = HistoryModel.from_dict(stored_history) if stored_history else HistoryModel()
     return model, hist
+
+
+def cold_model(device_class: str) -> CostModel:
+    """A class's first model: its roofline prior, from the matmul rates its executors measured
+    where their heartbeats carry them (runtimes/calibrate.py); the stored model keeps it."""
+    members = [d for d in registry.device_records() if d.get("device_class") == device_class]
+    return CostModel(device_class, prior_for_class(device_class, dict(class_calibration(members))))
 
 
 async def _refuse_row(batch: MetricBatch, i: int, reason: str) -> None:

@@ -63,7 +63,8 @@ def options_for(device_class: str, snapshot: Snapshot) -> list[ProbeOption]:
         for candidate in offers(workload, only, decide.warm_routes):
             out.append(ProbeOption(
                 workload, device_class, candidate.variant, candidate.setup_ms,
-                seen=decide.warm_routes.is_warm(device_class, warm_key(workload, candidate))))
+                seen=decide.warm_routes.is_warm(device_class, warm_key(workload, candidate)),
+                calibration=candidate.calibration))
     return out
 
 

@@ -58,6 +58,7 @@ from models.ops import SpecError
 from models.transfer import Link
 from models.workload import decode_json_bounded
 from runtimes import Runtime
+from runtimes.calibrate import calibrate, calibrates
 from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import (
     Parsed,
@@ -120,6 +121,8 @@ class Executor:
         # Namespaced like the topics, so isolated deployments sharing a cluster never share a group.
         self.group_id = self.topics.executor_group(runtime.device_class)
         self.capabilities = [list(c) for c in runtime.capabilities()]
+        # Measured matmul rates per precision (runtimes/calibrate.py), once `run` starts.
+        self.calibration: dict[str, float] | None = None
         self.started_at_ms = now_ms()
         self.stopping = asyncio.Event()
         self._committing: asyncio.Task[None] | None = None  # the background commit
@@ -209,6 +212,12 @@ class Executor:
             fetch_max_bytes=max(max_bytes, 52_428_800),
             **self._client_kwargs(),
         )
+        if self.settings.executor_calibrate and calibrates(self.runtime):
+            # Before the first heartbeat, in the thread that runs the work (its threads and
+            # cores): the class's cold prior is built from what the first heartbeats say.
+            self.calibration = await loop.run_in_executor(self.compute, calibrate, self.runtime)
+            logger.info("calibrated %s: matmul GFLOP/s %s", self.runtime.device_class,
+                        self.calibration)
         await producer.start()
         await consumer.start()
         heartbeats = asyncio.create_task(self._heartbeat_loop(producer, consumer))
@@ -566,6 +575,7 @@ class Executor:
             link=self.link.to_dict() if self.link else None,
             price_per_hour=self.price_per_hour,
             power_model=self.runtime.power_model.name if self.runtime.power_model else None,
+            calibration=self.calibration,
         )
         partition = await self._class_partition(producer, self.topics.heartbeats)
         await self._send(producer, self.topics.heartbeats, self.device_id, record.dumps(), partition)

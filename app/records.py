@@ -305,6 +305,10 @@ class HeartbeatRecord(_Wire):
     price_per_hour: float | None = None
     # The catalog device whose published power models energy (sim, or --power-model).
     power_model: str | None = None
+    # GFLOP/s of a 256^3 eager matmul per precision, measured when the executor started, in
+    # its threads and cores (runtimes/calibrate.py); the class's cold prior runs at these
+    # rates. Null on simulated and accelerator devices.
+    calibration: dict[str, float] | None = None
 
 
 class ResultRecord(_Wire):

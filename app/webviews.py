@@ -105,6 +105,10 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
         "energy_samples": model.energy_samples,
         "version": model.version,
         "prior_device": model.prior.device.name,
+        # The prior's rate per precision: a CPU class's executors' measured matmul rates where
+        # they reported them (``prior_device`` then ends in ~calibrated), else the guesses.
+        "prior_gflops": {p: finite(rate / 1e9)
+                         for p, rate in sorted(model.prior.device.peak_flops.items())},
         "error": error,
         "error_ratio": None if median_ape is None else median_ape / 100.0,
         "coefficients": {names[i]: coefficient(i) for i in range(len(names))

@@ -17,6 +17,7 @@ import numpy as np
 from models.costmodel import CostModel, CostModelLike, Prediction
 from models.history import HistoryModel
 from models.ops import OpSpec, Variant
+from models.priors import prior_for_class
 from models.workload import Workload
 
 T = TypeVar("T")
@@ -70,6 +71,9 @@ class Candidate:
     # (models/dispatch.py::colocated; 0 where it shares none): its core is idle only when
     # this is 0 too.
     core_busy_ms: float = 0.0
+    # The class's measured matmul rates, (precision, GFLOP/s) (``ClassView.calibration``):
+    # a class with no learned model yet is predicted by a prior built from them.
+    calibration: tuple[tuple[str, float], ...] = ()
 
     @property
     def expected_wait_ms(self) -> float:
@@ -179,29 +183,33 @@ class PriorModels:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[str, CostModel] = {}
+        self._cache: dict[tuple[str, tuple[tuple[str, float], ...]], CostModel] = {}
 
     def get(
-        self, models: Mapping[str, CostModelLike], device_class: str
+        self, models: Mapping[str, CostModelLike], device_class: str,
+        calibration: tuple[tuple[str, float], ...] = (),
     ) -> tuple[CostModelLike, bool]:
-        """(model, learned): the class's model, or its prior model and False."""
+        """(model, learned): the class's model, or its prior model (from the class's measured
+        ``calibration`` where it has one, models/priors.py) and False."""
         model = models.get(device_class)
         if model is not None:
             return model, True
-        prior = self._cache.get(device_class)
+        key = (device_class, calibration)
+        prior = self._cache.get(key)
         if prior is None:
-            prior = self._cache[device_class] = CostModel.for_class(device_class)
+            prior = self._cache[key] = CostModel(
+                device_class, prior_for_class(device_class, dict(calibration)))
         return prior, False
 
     def prior_log_ms(self, c: Candidate, op: OpSpec) -> float:
         """The class's prior prediction of ``op`` at the candidate's variant, ln ms."""
-        return self.get({}, c.device_class)[0].predict_one(op, c.variant).log_mean
+        return self.get({}, c.device_class, c.calibration)[0].predict_one(op, c.variant).log_mean
 
     def predict(
         self, models: Mapping[str, CostModelLike], c: Candidate, workload: Workload
     ) -> tuple[Prediction, int]:
         """(prediction, model version) for a candidate; version 0 for a prior."""
-        model, learned = self.get(models, c.device_class)
+        model, learned = self.get(models, c.device_class, c.calibration)
         return model.predict_one(workload.op, c.variant), model.version if learned else 0
 
 

@@ -129,7 +129,7 @@ class SwitchyardPolicy:
         estimated: list[bool] = []
         learned, versions, samples = [], [], []
         for i, c in enumerate(usable):
-            model, is_learned = self._priors.get(models, c.device_class)
+            model, is_learned = self._priors.get(models, c.device_class, c.calibration)
             fast = getattr(model, "predict_sample", None)
             if fast is not None:
                 pred, draw = fast(op, c.variant, rng)

@@ -46,6 +46,8 @@ class ProbeOption:
     variant: Variant
     setup_ms: float = 0.0  # expected build/compile and warm-up where the shape is cold there
     seen: bool = False  # the class has (probably) run this shape and variant already
+    # The class's measured matmul rates (``Candidate.calibration``): its cold prior's.
+    calibration: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def pick_probe(options: Iterable[ProbeOption], models: Mapping[str, CostModelLik
     qualifies (the model is sure enough everywhere, or everything unsure is too long)."""
     qualified: list[Probe] = []
     for option in options:
-        model, learned = priors.get(models, option.device_class)
+        model, learned = priors.get(models, option.device_class, option.calibration)
         prediction = model.predict_one(option.workload.op, option.variant)
         std = weight_std(prediction.param_var)
         if prediction.mean_ms + option.setup_ms <= max_ms and std >= min_weight_std:

@@ -7,12 +7,14 @@ A device record is the executor's last heartbeat (see ``app.records.HeartbeatRec
 from __future__ import annotations
 
 import functools
+import math
+import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from models.decision import Candidate
-from models.ops import Variant
+from models.ops import PRECISIONS, Variant
 from models.transfer import Link, parse_link, parse_price
 from models.workload import Workload
 
@@ -37,6 +39,9 @@ class ClassView:
     # (host, core) of every pinned live device of the class (heartbeats' ``host`` and
     # ``cpus``): classes whose cores overlap share those cores' time (models/dispatch.py).
     cores: frozenset[tuple[str, int]] = frozenset()
+    # (precision, matmul GFLOP/s) its live devices measured when they started, the median
+    # over them (heartbeats' ``calibration``, runtimes/calibrate.py); () where none reported.
+    calibration: tuple[tuple[str, float], ...] = ()
 
 
 def device_is_live(device: Mapping[str, Any], now_ms: float, timeout_s: float) -> bool:
@@ -82,8 +87,39 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
             if links else None,
             price_per_hour=max(prices, default=0.0),
             cores=frozenset(core for m in members for core in _member_cores(m)),
+            calibration=class_calibration(members),
         )
     return views
+
+
+def check_calibration(calibration: object) -> None:
+    """ValueError unless ``calibration`` is null or maps known precisions to positive, finite
+    GFLOP/s (a heartbeat's ``calibration``)."""
+    if calibration is None:
+        return
+    if not isinstance(calibration, Mapping):
+        raise ValueError("calibration is an object of GFLOP/s by precision, or null")
+    for precision, rate in calibration.items():
+        if precision not in PRECISIONS:
+            raise ValueError(f"calibration names an unknown precision {str(precision)[:20]!r}")
+        if (not isinstance(rate, int | float) or isinstance(rate, bool)
+                or not math.isfinite(rate) or rate <= 0):
+            raise ValueError(f"calibration of {precision} is {rate!r}, not a positive number")
+
+
+def class_calibration(members: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, float], ...]:
+    """(precision, GFLOP/s) pairs in precision order: per precision, the median of the rates the
+    devices' heartbeats report (positive, finite numbers; anything else is ignored)."""
+    rates: dict[str, list[float]] = {}
+    for member in members:
+        calibration = member.get("calibration")
+        if not isinstance(calibration, Mapping):
+            continue
+        for precision, rate in calibration.items():
+            if (isinstance(rate, int | float) and not isinstance(rate, bool)
+                    and math.isfinite(rate) and rate > 0):
+                rates.setdefault(str(precision), []).append(float(rate))
+    return tuple((p, statistics.median(r)) for p, r in sorted(rates.items()))
 
 
 def _member_cores(device: Mapping[str, Any]) -> list[tuple[str, int]]:
@@ -143,5 +179,5 @@ def candidates_for(workload: Workload, classes: Mapping[str, ClassView],
     return [Candidate(device_class=device_class, variant=variant,
                       live_instances=view.live_instances,
                       backlog_ms=float(backlog_ms.get(device_class, 0.0)),
-                      device_wait_ms=waits.get(device_class))
+                      device_wait_ms=waits.get(device_class), calibration=view.calibration)
             for device_class, view, variant in class_variants(workload, classes)]

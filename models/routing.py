@@ -107,7 +107,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
             backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms, cold=cold,
             device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
             price_per_hour=view.price_per_hour, handling_ms=handling_ms,
-            core_busy_ms=busy.get(device_class, 0.0)))
+            core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration))
     return out
 
 

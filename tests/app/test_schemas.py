@@ -247,6 +247,23 @@ def test_a_heartbeat_without_its_queue_depth_is_refused() -> None:
         parse_heartbeat(json.dumps(beat).encode())
 
 
+def test_a_heartbeat_with_a_malformed_calibration_is_refused() -> None:
+    """The registry refuses what the prior would be built from: unknown precisions and rates
+    that are not positive numbers (the schema says the same)."""
+    from agents.registry import parse_heartbeat
+
+    beat = {"device_id": "d", "device_class": "torch-cpu-x86", "runtime": "torch",
+            "device": "cpu", "capabilities": [["matmul", "fp32", "eager"]], "queue_depth": 0,
+            "sent_at_ms": 1, "started_at_ms": 1, "calibration": {"fp32": 59.7, "bf16": 1.4}}
+    assert parse_heartbeat(json.dumps(beat).encode()).calibration == {"fp32": 59.7, "bf16": 1.4}
+    assert valid("heartbeats", beat)
+    for bad in ({"fp32": -1.0}, {"fp64": 1.0}, ["fp32"]):
+        beat["calibration"] = bad
+        with pytest.raises(ValueError, match="calibration"):
+            parse_heartbeat(json.dumps(beat).encode())
+        assert not valid("heartbeats", beat)
+
+
 def _metric(**change: Any) -> dict[str, Any]:
     row = {"workload_id": "w1", "device_id": "d1", "device_class": "numpy-cpu-x86",
            "runtime": "numpy", "op": {"kind": "matmul", "m": 8, "k": 8, "n": 8},

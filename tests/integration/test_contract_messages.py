@@ -217,3 +217,17 @@ def test_kcat_examples_run_as_documented(cluster: LocalCluster) -> None:
         # murmur2_random put the kcat workload where a Java client would have: its result too.
         assert int(partition) == kafka_partition(key, PARTITIONS)
     assert "kcat-1" in {key for key, _, _ in rows}
+
+
+def test_the_executor_reports_its_calibration_and_the_prior_runs_at_it(
+        messages: dict[str, list[dict[str, Any]]], cluster: LocalCluster) -> None:
+    """A CPU executor measures its matmul rate per precision before it serves; its heartbeats
+    carry it and the class's cost model is built on a prior at those rates."""
+    beats = [decoded(m) for m in messages["heartbeats"]]
+    calibration = beats[0]["calibration"]
+    assert set(calibration) == {"fp32"}  # NumPy offers no other matmul precision here
+    assert calibration["fp32"] > 0.1
+    model = next(m for m in cluster.api("/api/models")["models"]
+                 if m["device_class"] == CLASS)
+    assert model["prior_device"].endswith("~calibrated")
+    assert model["prior_gflops"]["fp32"] == pytest.approx(calibration["fp32"])

@@ -1,0 +1,83 @@
+"""A CPU class's cold prior from the matmul rates its executors measured (pure logic:
+models/priors.py, models/registry.py, models/decision.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from models.decision import Candidate, PriorModels
+from models.ops import Variant, parse_op
+from models.priors import prior_for_class
+from models.registry import check_calibration, class_calibration, live_classes
+
+MATMUL = parse_op({"kind": "matmul", "m": 512, "k": 512, "n": 512})
+FP32, BF16 = Variant("fp32"), Variant("bf16")
+
+
+def test_the_generic_cpu_guesses_bf16_at_half_the_fp32_rate() -> None:
+    prior = prior_for_class("torch-cpu-x86")
+    assert prior.work_log_ms(MATMUL, BF16) > prior.work_log_ms(MATMUL, FP32)
+    assert not prior.device.name.endswith("~calibrated")
+
+
+def test_measured_rates_replace_the_guesses_of_a_live_cpu_class() -> None:
+    """torch's bf16 at 2 % of its fp32 rate (no bf16 GEMM on an AVX2 EPYC), JAX's at 175 %:
+    the prior ranks the precisions as measured."""
+    slow = prior_for_class("torch-cpu-x86", {"fp32": 60.0, "bf16": 1.4})
+    fast = prior_for_class("jax-cpu-x86", {"fp32": 38.0, "bf16": 66.0})
+    assert slow.device.name.endswith("~calibrated")
+    assert slow.device.peak_flops["fp32"] == pytest.approx(60e9)
+    assert slow.work_log_ms(MATMUL, BF16) - slow.work_log_ms(MATMUL, FP32) == pytest.approx(
+        math.log(60.0 / 1.4))
+    assert fast.work_log_ms(MATMUL, BF16) < fast.work_log_ms(MATMUL, FP32)
+    # Precisions it did not measure keep the generic CPU's guess.
+    assert slow.device.peak_flops["int8"] == prior_for_class("torch-cpu-x86").device.peak_flops[
+        "int8"]
+
+
+@pytest.mark.parametrize("device_class", ["sim-h100", "torch-cuda-h100", "jax-tpu-v5e"])
+def test_catalog_priors_ignore_a_calibration(device_class: str) -> None:
+    plain = prior_for_class(device_class)
+    assert prior_for_class(device_class, {"fp32": 1.0, "bf16": 1.0}) == plain
+
+
+def test_unusable_rates_are_ignored() -> None:
+    plain = prior_for_class("numpy-cpu-x86")
+    for bad in ({"fp32": 0.0}, {"fp32": -3.0}, {"fp32": float("nan")}, {"fp32": float("inf")}):
+        assert prior_for_class("numpy-cpu-x86", bad) == plain
+
+
+def test_a_class_takes_the_median_of_its_devices_rates() -> None:
+    members = [{"calibration": {"fp32": 10.0, "bf16": 2.0}}, {"calibration": {"fp32": 30.0}},
+               {"calibration": {"fp32": 20.0, "bf16": -1.0}}, {"calibration": None}, {}]
+    assert class_calibration(members) == (("bf16", 2.0), ("fp32", 20.0))
+    assert class_calibration([{}]) == ()
+    device = {"device_id": "a", "device_class": "torch-cpu-x86", "last_seen_ms": 1000.0,
+              "capabilities": [["matmul", "fp32", "eager"]], "calibration": {"fp32": 50.0}}
+    assert live_classes([device], 1000.0, 5.0)["torch-cpu-x86"].calibration == (("fp32", 50.0),)
+
+
+@pytest.mark.parametrize("bad", [[1.0], {"fp64": 1.0}, {"fp32": 0}, {"fp32": True},
+                                 {"fp32": "fast"}, {"fp32": float("nan")}])
+def test_a_malformed_calibration_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="calibration"):
+        check_calibration(bad)
+    check_calibration(None)
+    check_calibration({"fp32": 59.7, "bf16": 1.4})
+
+
+def test_a_cold_class_is_predicted_from_its_calibrated_prior() -> None:
+    """The decider's prior for a class with no learned model follows the candidate's
+    calibration, one prior per distinct calibration."""
+    priors = PriorModels()
+    calibration = (("bf16", 1.4), ("fp32", 60.0))
+
+    def predicted(variant: Variant, calibrated: tuple[tuple[str, float], ...]) -> float:
+        c = Candidate(device_class="torch-cpu-x86", variant=variant, calibration=calibrated)
+        return priors.get({}, c.device_class, c.calibration)[0].predict_one(
+            MATMUL, variant).mean_ms
+
+    assert predicted(BF16, calibration) > 5 * predicted(FP32, calibration)
+    assert predicted(BF16, ()) < 5 * predicted(FP32, ())

@@ -1,0 +1,42 @@
+"""runtimes/calibrate.py: an executor's matmul rate per precision, measured before it serves."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtimes import get_runtime
+from runtimes.calibrate import calibrate, calibrates
+
+
+def eager_matmul_precisions(runtime) -> set[str]:
+    return {p for kind, p, mode in runtime.capabilities() if kind == "matmul" and mode == "eager"}
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+def test_every_offered_precision_gets_a_positive_rate(name: str) -> None:
+    runtime = get_runtime(name, "cpu")
+    rates = calibrate(runtime, size=64, runs=2)
+    assert rates is not None
+    assert set(rates) == eager_matmul_precisions(runtime)
+    assert all(rate > 0 for rate in rates.values())
+
+
+def test_the_rate_is_the_work_over_the_best_run() -> None:
+    """GFLOP/s = 2 n^3 over the fastest timed run: a runtime slowed 10x reads ~10x slower."""
+    fast = get_runtime("numpy", "cpu")
+    slow = get_runtime("numpy", "cpu")
+    original = slow._timed
+
+    def stretched(*args):
+        out, ms, *rest = original(*args)
+        return (out, ms * 10.0, *rest)
+
+    slow._timed = stretched
+    quick = calibrate(fast, size=128, runs=3)["fp32"]
+    assert calibrate(slow, size=128, runs=3)["fp32"] < quick / 3
+
+
+def test_simulated_runtimes_are_not_calibrated() -> None:
+    runtime = get_runtime("sim", "h100")
+    assert not calibrates(runtime)
+    assert calibrate(runtime) is None

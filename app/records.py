@@ -341,6 +341,9 @@ class ResultRecord(_Wire):
     # The measured wait for the workload's bytes over a declared link (null: none).
     transfer_ms: float | None = None
     energy_simulated: bool = False
+    # The one-time setup of a (shape, variant) new to the executor, outside ``latency_ms``:
+    # building (compiling) it and its untimed warm-up run; null when it was warm.
+    setup_ms: float | None = None
 
 
 # The outcomes topic's batch form: an executor publishes the outcomes it finished within a few

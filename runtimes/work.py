@@ -231,6 +231,7 @@ def _records(
         "simulated": runtime.simulated,
         "batch_size": batch_size,
         "transfer_ms": moved[0] if moved else None,
+        "setup_ms": execution.setup_ms if execution else None,
     }
     outcome = {
         "id": workload_id,
@@ -254,7 +255,6 @@ def _records(
         "started_at_ms": started_at_ms,
         "finished_at_ms": finished_at_ms,
         "predicted_ms": _number(route.get("predicted_ms")),
-        "setup_ms": execution.setup_ms if execution else None,
         "cpu_ms": execution.cpu_ms if execution else None,
         "throttled": throttled,
         "batch_exec_ms": batch_exec_ms,

@@ -24,6 +24,8 @@ def test_service_time_is_taken_from_the_outcome_timestamps() -> None:
 def test_without_timestamps_it_is_the_execution_plus_setup() -> None:
     assert service_ms(outcome()) == 10.0
     assert service_ms(outcome(compile_ms=5.0)) == 15.0
+    # setup_ms (build and warm-up) where the executor reports it: compile_ms is part of it.
+    assert service_ms(outcome(compile_ms=5.0, setup_ms=8.0)) == 18.0
     # A clock that disagrees (finished before it started): the measured execution instead.
     assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_020, compile_ms=1.0)) == 11.0
 
@@ -46,8 +48,8 @@ def test_a_batched_workload_is_charged_its_share_of_the_call() -> None:
 
 def test_handling_is_learned_from_outcomes_that_set_nothing_up() -> None:
     """What the executor held a workload for beyond its execution is learned per class
-    against the bytes the workload moved; an outcome that compiled (its warm-up run is not in
-    the outcome) and an entry without its bytes (an older worker's) teach nothing."""
+    against the bytes the workload moved; an outcome that compiled or set up a cold shape (its
+    warm-up run is outside the execution) and an entry without its bytes (an older worker's) teach nothing."""
     from agents import complete, state
     from models.handling import Handling
 
@@ -60,6 +62,9 @@ def test_handling_is_learned_from_outcomes_that_set_nothing_up() -> None:
         assert state.handling.ms("c", 3 * 1024 * 1024) == pytest.approx(50.0, rel=0.05)
         compiled = outcome(decided_at_ms=1_000, finished_at_ms=1_500, compile_ms=300.0)
         complete.learn_handling(compiled, entry, service_ms(compiled))
+        # An eager warm-up: no compilation, but a setup the handling must not learn.
+        warmed = outcome(decided_at_ms=1_000, finished_at_ms=1_400, setup_ms=250.0)
+        complete.learn_handling(warmed, entry, service_ms(warmed))
         complete.learn_handling(done, {"device_class": "c"}, 999.0)
         assert state.handling.by_class()["c"]["rows"] == 1
     finally:

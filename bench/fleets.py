@@ -144,9 +144,13 @@ def sim_true_ms(classes: Sequence[str], ops: Sequence[OpSpec], precisions: Seque
 
 
 def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str],
-                     repeats: int, handling: bool = True) -> tuple[str, dict[str, float]]:
+                     repeats: int, handling: bool = True, interleaved: bool = False,
+                     ) -> tuple[str, dict[str, float]] | tuple[str, dict[str, float],
+                                                                dict[str, float]]:
     """One runtime's column of the pre-profile, in a child process pinned to one core as the
-    executors are (runtimes/affinity.py): (device class, {profile key: median ms})."""
+    executors are (runtimes/affinity.py): (device class, {profile key: median ms}). With
+    ``interleaved`` also a second column: ``repeats`` rounds in which every option runs once
+    (each run follows the others, as in an executor serving a mix, not its own repeats)."""
     from app.profile import profile_op
     from runtimes import VariantRefused, get_runtime
     from runtimes.affinity import isolate
@@ -154,6 +158,8 @@ def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str]
     threads, _ = isolate(1, None)
     runtime = get_runtime(name, "cpu", threads=threads)
     entries: dict[str, float] = {}
+    extras: dict[str, float] = {}
+    options: list[tuple[OpSpec, Variant]] = []
     for op in ops:
         extra = handling_ms(runtime, op, repeats) if handling else 0.0
         for kind, precision, mode in runtime.capabilities():
@@ -165,8 +171,19 @@ def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str]
             except (VariantRefused, RuntimeError, MemoryError) as exc:
                 logger.warning("profile %s %s %s: %s", name, op.kind, variant, exc)
                 continue
-            entries[profile_key(op, variant)] = float(row["median_ms"]) + extra
-    return runtime.device_class, entries
+            key = profile_key(op, variant)
+            entries[key] = float(row["median_ms"]) + extra
+            extras[key] = extra
+            options.append((op, variant))
+    if not interleaved:
+        return runtime.device_class, entries
+    runs: dict[str, list[float]] = {profile_key(op, v): [] for op, v in options}
+    for _ in range(max(1, repeats)):
+        for op, variant in options:
+            runs[profile_key(op, variant)].append(
+                runtime.execute(op, variant, make_inputs(op, 0)).exec_ms)
+    rounds = {key: float(np.median(times)) + extras[key] for key, times in runs.items()}
+    return runtime.device_class, entries, rounds
 
 
 def handling_ms(runtime: Any, op: OpSpec, repeats: int) -> float:
@@ -201,17 +218,29 @@ def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Seq
     (``handling_ms``) unless ``handling`` is False (the execution alone: what executors report
     as ``latency_ms`` and the cost models learn). In this process, unpinned, JAX's fp32 ran on
     ~1.7 cores and the oracle planned with times no executor could meet."""
+    return live_profiles(runtimes, ops, precisions, repeats, handling)[0]
+
+
+def live_profiles(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
+                  repeats: int, handling: bool = True, interleaved: bool = False,
+                  ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """`live_true_ms`'s table and, with ``interleaved``, the same options' medians over rounds
+    in which each runs once among the others (`_profile_runtime`; empty otherwise)."""
     table: dict[str, dict[str, float]] = {}
+    rounds: dict[str, dict[str, float]] = {}
     request = json.dumps({"ops": [op.to_dict() for op in ops], "precisions": list(precisions),
-                          "repeats": repeats, "handling": handling})
+                          "repeats": repeats, "handling": handling, "interleaved": interleaved})
     for name in runtimes:
         done = subprocess.run([sys.executable, "-m", "bench.fleets", name], input=request,
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"profiling {name} failed: {done.stderr[-2000:]}")
-        device_class, entries = json.loads(done.stdout.strip().splitlines()[-1])
+        device_class, entries, *interleaved_entries = json.loads(
+            done.stdout.strip().splitlines()[-1])
         table.setdefault(device_class, {}).update(entries)
-    return table
+        if interleaved_entries:
+            rounds.setdefault(device_class, {}).update(interleaved_entries[0])
+    return table, rounds
 
 
 def best_ms(table: Mapping[str, Mapping[str, float]], op: OpSpec,
@@ -276,4 +305,5 @@ if __name__ == "__main__":  # one runtime's pre-profile, for live_true_ms (JSON 
     asked = json.loads(sys.stdin.read())
     print(json.dumps(_profile_runtime(sys.argv[1], [parse_op(o) for o in asked["ops"]],
                                       asked["precisions"], int(asked["repeats"]),
-                                      bool(asked.get("handling", True)))))
+                                      bool(asked.get("handling", True)),
+                                      bool(asked.get("interleaved", False)))))

@@ -53,3 +53,30 @@ def test_probes_are_counted_from_the_worker_metrics() -> None:
             'switchyard_probes_total{device_class="b"} 2.0\n'
             'switchyard_decisions_total{device_class="a"} 9.0\n')
     assert probes_sent(text) == 5
+
+
+def test_layers_whose_fastest_option_differs_between_the_profiles_are_counted() -> None:
+    from bench.layers import profiles_disagree
+
+    layers = [{"id": "l", "op": OP, "precisions": ["fp32", "bf16"]},
+              {"id": "m", "op": OP, "precisions": ["fp32"]}]
+    rounds = {"torch-cpu-x86": {f"{KEY}|fp32/eager": 0.4, f"{KEY}|bf16/eager": 0.5},
+              "jax-cpu-x86": {f"{KEY}|fp32/eager": 0.6, f"{KEY}|fp32/compiled": 0.55}}
+    assert profiles_disagree(layers, TABLE, TABLE) == 0
+    # bf16 was fastest back to back; interleaved, torch's fp32 is (both layers change).
+    assert profiles_disagree(layers, TABLE, rounds) == 2
+
+
+def test_the_interleaved_profile_times_every_option_once_per_round() -> None:
+    """The profiling child (its own process: it pins itself to one core), on NumPy (fast):
+    both columns cover the same options, each a positive median."""
+    from bench.fleets import live_profiles
+
+    ops = [parse_op(OP), parse_op({"kind": "softmax", "rows": 8, "dim": 32})]
+    back_to_back, rounds = live_profiles(["numpy"], ops, ["fp32"], 3, handling=False,
+                                         interleaved=True)
+    assert set(back_to_back) == set(rounds) == {"numpy-cpu-x86"}
+    assert set(back_to_back["numpy-cpu-x86"]) == set(rounds["numpy-cpu-x86"])
+    assert len(rounds["numpy-cpu-x86"]) == 2
+    assert all(ms > 0 for ms in rounds["numpy-cpu-x86"].values())
+    assert live_profiles(["numpy"], ops, ["fp32"], 2, handling=False)[1] == {}

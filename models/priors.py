@@ -20,7 +20,8 @@ from typing import Any, Literal
 from models.devices import DEVICE_CATALOG, GIGA, DeviceSpec
 from models.ops import OpSpec, Variant
 
-__all__ = ["PriorDevice", "local_cpu_cache_bytes", "parse_device_class", "prior_for_class"]
+__all__ = ["PriorDevice", "is_rate", "local_cpu_cache_bytes", "parse_device_class",
+           "prior_for_class"]
 
 PriorScale = Literal["sim", "live"]
 
@@ -173,6 +174,12 @@ class PriorDevice:
         )
 
 
+def is_rate(value: object) -> bool:
+    """Whether ``value`` is a usable measured rate: a positive, finite number (not a bool)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
 def prior_for_class(device_class: str,
                     calibration: Mapping[str, float] | None = None) -> PriorDevice:
     """The prior device of a class name; never fails (unknown names get a generic CPU).
@@ -207,7 +214,7 @@ def prior_for_class(device_class: str,
     peaks = dict(spec.peak_flops)
     name = f"{device_class}~{spec.name}"
     measured = {p: float(r) * GIGA for p, r in (calibration or {}).items()
-                if spec is GENERIC_CPU and isinstance(r, int | float) and math.isfinite(r) and r > 0}
+                if spec is GENERIC_CPU and is_rate(r)}
     if measured:
         peaks.update(measured)
         name += "~calibrated"

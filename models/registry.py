@@ -7,7 +7,6 @@ A device record is the executor's last heartbeat (see ``app.records.HeartbeatRec
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 from models.decision import Candidate
 from models.ops import PRECISIONS, Variant
+from models.priors import is_rate
 from models.transfer import Link, parse_link, parse_price
 from models.workload import Workload
 
@@ -102,8 +102,7 @@ def check_calibration(calibration: object) -> None:
     for precision, rate in calibration.items():
         if precision not in PRECISIONS:
             raise ValueError(f"calibration names an unknown precision {str(precision)[:20]!r}")
-        if (not isinstance(rate, int | float) or isinstance(rate, bool)
-                or not math.isfinite(rate) or rate <= 0):
+        if not is_rate(rate):
             raise ValueError(f"calibration of {precision} is {rate!r}, not a positive number")
 
 
@@ -116,8 +115,7 @@ def class_calibration(members: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, 
         if not isinstance(calibration, Mapping):
             continue
         for precision, rate in calibration.items():
-            if (isinstance(rate, int | float) and not isinstance(rate, bool)
-                    and math.isfinite(rate) and rate > 0):
+            if is_rate(rate):
                 rates.setdefault(str(precision), []).append(float(rate))
     return tuple((p, statistics.median(r)) for p, r in sorted(rates.items()))
 

@@ -34,6 +34,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -58,7 +59,7 @@ from models.ops import SpecError
 from models.transfer import Link
 from models.workload import decode_json_bounded
 from runtimes import Runtime
-from runtimes.calibrate import calibrate, calibrates
+from runtimes.calibrate import calibrate, calibrate_kernels, calibrates
 from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import (
     Parsed,
@@ -121,8 +122,10 @@ class Executor:
         # Namespaced like the topics, so isolated deployments sharing a cluster never share a group.
         self.group_id = self.topics.executor_group(runtime.device_class)
         self.capabilities = [list(c) for c in runtime.capabilities()]
-        # Measured matmul rates per precision (runtimes/calibrate.py), once `run` starts.
+        # Measured matmul rates per precision and reference kernels' ms (runtimes/calibrate.py),
+        # once `run` starts.
         self.calibration: dict[str, float] | None = None
+        self.kernel_ms: dict[str, dict[str, float]] | None = None
         self.started_at_ms = now_ms()
         self.stopping = asyncio.Event()
         self._committing: asyncio.Task[None] | None = None  # the background commit
@@ -215,9 +218,13 @@ class Executor:
         if self.settings.executor_calibrate and calibrates(self.runtime):
             # Before the first heartbeat, in the thread that runs the work (its threads and
             # cores): the class's cold prior is built from what the first heartbeats say.
+            began = time.perf_counter()
             self.calibration = await loop.run_in_executor(self.compute, calibrate, self.runtime)
-            logger.info("calibrated %s: matmul GFLOP/s %s", self.runtime.device_class,
-                        self.calibration)
+            self.kernel_ms = await loop.run_in_executor(self.compute, calibrate_kernels,
+                                                        self.runtime)
+            logger.info("calibrated %s in %.1f s: matmul GFLOP/s %s, %d reference kernels",
+                        self.runtime.device_class, time.perf_counter() - began,
+                        self.calibration, sum(len(v) for v in (self.kernel_ms or {}).values()))
         await producer.start()
         await consumer.start()
         heartbeats = asyncio.create_task(self._heartbeat_loop(producer, consumer))
@@ -576,6 +583,7 @@ class Executor:
             price_per_hour=self.price_per_hour,
             power_model=self.runtime.power_model.name if self.runtime.power_model else None,
             calibration=self.calibration,
+            kernel_ms=self.kernel_ms,
         )
         partition = await self._class_partition(producer, self.topics.heartbeats)
         await self._send(producer, self.topics.heartbeats, self.device_id, record.dumps(), partition)

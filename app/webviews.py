@@ -109,6 +109,10 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
         # they reported them (``prior_device`` then ends in ~calibrated), else the guesses.
         "prior_gflops": {p: finite(rate / 1e9)
                          for p, rate in sorted(model.prior.device.peak_flops.items())},
+        # How far the class's measured reference kernels bend each kind's roofline work
+        # (models/priors.py::PriorDevice.kind_factors), "<kind>/<precision>": factor.
+        "prior_kind_factors": {f"{kind}/{precision}": finite(factor)
+                               for kind, precision, factor in model.prior.kind_factors},
         "error": error,
         "error_ratio": None if median_ape is None else median_ape / 100.0,
         "coefficients": {names[i]: coefficient(i) for i in range(len(names))

@@ -19,9 +19,19 @@ from typing import Any, Literal
 
 from models.devices import DEVICE_CATALOG, GIGA, DeviceSpec
 from models.ops import OpSpec, Variant
+from models.opspecs import (
+    PRECISIONS,
+    AttentionSpec,
+    BmmSpec,
+    Conv2dSpec,
+    LayernormSpec,
+    LinearSpec,
+    MlpSpec,
+    SoftmaxSpec,
+)
 
-__all__ = ["PriorDevice", "is_rate", "local_cpu_cache_bytes", "parse_device_class",
-           "prior_for_class"]
+__all__ = ["REFERENCE_OPS", "PriorDevice", "is_rate", "kernel_key", "local_cpu_cache_bytes",
+           "parse_device_class", "prior_for_class"]
 
 PriorScale = Literal["sim", "live"]
 
@@ -56,6 +66,29 @@ LIVE_POWER_FRACTION = 0.6
 DEFAULT_CPU_CACHE_BYTES: tuple[float, float, float] = (32e3, 1e6, 32e6)
 ACCELERATOR_CACHE_BYTES: tuple[float, float, float] = (256e3, 50e6, 50e6)
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+# One op of each kind but matmul (whose rate the 256^3 calibration gives), timed by a CPU
+# executor when it starts (runtimes/calibrate.py::calibrate_kernels; heartbeats' ``kernel_ms``,
+# keyed by the op's signature): 1-10 ms each in fp32 on one core. The roofline misses these
+# kinds by up to 100x in either direction, and differently per runtime: on one AMD EPYC the
+# live mix's 4096x2048 layernorm took 43 ms in torch, 67 in NumPy and 152 in eager JAX against
+# a roofline of 3.4 ms for all three (BENCHMARKS.md, *Per-kind calibration*), so every runtime
+# looked worth a try and each try of the slow ones stalled the core it shares.
+REFERENCE_OPS: dict[str, OpSpec] = {
+    "bmm": BmmSpec(b=8, m=128, k=128, n=128),
+    "linear": LinearSpec(batch=256, in_features=512, out_features=512, bias=True,
+                         activation="gelu"),
+    "conv2d": Conv2dSpec(batch=2, in_channels=16, out_channels=32, height=32, width=32,
+                         kernel=3, stride=1, padding=1),
+    "attention": AttentionSpec(batch=1, heads=4, seq_len=256, head_dim=64, causal=True),
+    "layernorm": LayernormSpec(rows=2048, dim=2048),
+    "softmax": SoftmaxSpec(rows=2048, dim=2048),
+    "mlp": MlpSpec(batch=128, dims=(512, 1024, 512), activation="relu"),
+}
+_REFERENCE_KIND = {op.signature(): kind for kind, op in REFERENCE_OPS.items()}
+# How far a measured kernel may bend its kind's roofline (a factor on the work term): a
+# runtime can beat the roofline where it fuses (torch's attention ran at 0.5x here), and a
+# measurement far outside this is more likely a stall than the kernel.
+KIND_FACTOR_RANGE = (0.05, 1000.0)
 
 
 def _parse_size(text: str) -> float:
@@ -108,13 +141,31 @@ class PriorDevice:
     busy_power_w: float
     fallback_precision: str = "fp32"
     cache_bytes: tuple[float, float, float] = DEFAULT_CPU_CACHE_BYTES
+    # (kind, precision, factor): the roofline work of a kind measured on the class's executors
+    # (its reference op, models/priors.py::REFERENCE_OPS) is multiplied by its factor; a
+    # precision not measured for the kind takes the kind's fp32 factor, an unmeasured kind 1.
+    kind_factors: tuple[tuple[str, str, float], ...] = ()
+
+    def kind_factor(self, kind: str, precision: str) -> float:
+        """The factor on ``kind``'s roofline work in ``precision`` (1.0 where unmeasured)."""
+        fallback = 1.0
+        for k, p, factor in self.kind_factors:
+            if k == kind:
+                if p == precision:
+                    return factor
+                if p == "fp32":
+                    fallback = factor
+        return fallback
 
     def _work_s(self, op: OpSpec, variant: Variant) -> float:
         dev = self.device
         peak = dev.peak_flops.get(variant.precision)
         if peak is None:
             peak = dev.peak_flops.get(self.fallback_precision, min(dev.peak_flops.values()))
-        return max(op.flops() / peak, op.bytes_moved(variant.precision) / dev.mem_bw_bytes_s)
+        work = max(op.flops() / peak, op.bytes_moved(variant.precision) / dev.mem_bw_bytes_s)
+        if self.kind_factors:
+            work *= self.kind_factor(op.kind, variant.precision)
+        return work
 
     def roofline_log_ms(self, op: OpSpec, variant: Variant) -> float:
         """ln(ms) of the roofline time; a precision the device lacks runs at the fp32 rate
@@ -148,6 +199,7 @@ class PriorDevice:
             "busy_power_w": self.busy_power_w,
             "fallback_precision": self.fallback_precision,
             "cache_bytes": list(self.cache_bytes),
+            "kind_factors": [list(entry) for entry in self.kind_factors],
         }
 
     @classmethod
@@ -171,6 +223,7 @@ class PriorDevice:
             float(data["busy_power_w"]),
             str(data["fallback_precision"]),
             (l1, l2, l3),
+            tuple((str(k), str(p), float(f)) for k, p, f in data.get("kind_factors") or ()),
         )
 
 
@@ -180,15 +233,65 @@ def is_rate(value: object) -> bool:
             and math.isfinite(value) and value > 0)
 
 
+def kernel_key(kind: str, precision: str) -> str:
+    """The key of a measured reference kernel in a class's calibration: ``"<kind>/<precision>"``
+    (its value: the median ms of ``REFERENCE_OPS[kind]``), beside the bare precisions that hold
+    the matmul rates (GFLOP/s). The one place this key is built or read."""
+    return f"{kind}/{precision}"
+
+
+def reference_kind(signature: str) -> str | None:
+    """The kind of a reference op's signature (a heartbeat's ``kernel_ms`` key); None for an
+    op that is not one of today's `REFERENCE_OPS` (an executor of another version)."""
+    return _REFERENCE_KIND.get(signature)
+
+
+def _split_calibration(calibration: Mapping[str, float]
+                       ) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """(matmul GFLOP/s by precision, reference-kernel ms by (kind, precision)); unusable
+    values are dropped."""
+    rates: dict[str, float] = {}
+    kernels: dict[tuple[str, str], float] = {}
+    for key, value in calibration.items():
+        if not is_rate(value):
+            continue
+        kind, slash, precision = str(key).partition("/")
+        if slash and kind in REFERENCE_OPS:
+            kernels[(kind, precision)] = float(value)
+        elif not slash:
+            rates[kind] = float(value)
+    return rates, kernels
+
+
+def _kind_factors(device: DeviceSpec, cache_bytes: tuple[float, float, float],
+                  kernels: Mapping[tuple[str, str], float]) -> tuple[tuple[str, str, float], ...]:
+    """Per (kind, precision): measured work ÷ roofline work of that kind's reference op."""
+    plain = PriorDevice(device, "live", 0.0, cache_bytes=cache_bytes)
+    low, high = KIND_FACTOR_RANGE
+    factors = []
+    for (kind, precision), ms in sorted(kernels.items()):
+        if precision not in PRECISIONS:
+            continue
+        work_s = plain._work_s(REFERENCE_OPS[kind], Variant(precision, "eager"))
+        # The call overhead is the roofline's own term: what is left of the measurement is work.
+        measured_s = max(ms / 1e3 - device.launch_overhead_s, ms / 1e3 / 2)
+        if work_s > 0:
+            factors.append((kind, precision, min(max(measured_s / work_s, low), high)))
+    return tuple(factors)
+
+
 def prior_for_class(device_class: str,
                     calibration: Mapping[str, float] | None = None) -> PriorDevice:
     """The prior device of a class name; never fails (unknown names get a generic CPU).
 
-    ``calibration``: the matmul GFLOP/s per precision the class's executors measured when they
-    started (runtimes/calibrate.py, heartbeats' ``calibration``). A live CPU class's prior
-    then runs each measured precision at its measured rate instead of the generic CPU's
-    guesses (on one AMD EPYC torch's bf16 matmul ran at 2 % of its fp32 rate, JAX's at 175 %;
-    the generic CPU says 50 % for both). Ignored for other classes and non-positive rates."""
+    ``calibration``: what the class's executors measured when they started
+    (runtimes/calibrate.py): the matmul GFLOP/s per precision (heartbeats' ``calibration``),
+    and the ms of each kind's reference op per precision under `kernel_key` (heartbeats'
+    ``kernel_ms``). A live CPU class's prior then runs each measured precision at its measured
+    rate instead of the generic CPU's guesses (on one AMD EPYC torch's bf16 matmul ran at 2 %
+    of its fp32 rate, JAX's at 175 %; the generic CPU says 50 % for both), and bends each
+    measured kind's work by how far its reference op missed that roofline
+    (`PriorDevice.kind_factors`). Ignored for other classes and non-positive values."""
     runtime, kind, model = parse_device_class(device_class)
     if runtime == "sim":
         spec = DEVICE_CATALOG.get(model)
@@ -213,10 +316,9 @@ def prior_for_class(device_class: str,
         overhead += spec.launch_overhead_s
     peaks = dict(spec.peak_flops)
     name = f"{device_class}~{spec.name}"
-    measured = {p: float(r) * GIGA for p, r in (calibration or {}).items()
-                if spec is GENERIC_CPU and is_rate(r)}
-    if measured:
-        peaks.update(measured)
+    rates, kernels = _split_calibration(calibration or {}) if spec is GENERIC_CPU else ({}, {})
+    if rates or kernels:
+        peaks.update({p: r * GIGA for p, r in rates.items()})
         name += "~calibrated"
     live = DeviceSpec(
         name,
@@ -227,4 +329,5 @@ def prior_for_class(device_class: str,
         spec.tdp_w,
         spec.idle_w,
     )
-    return PriorDevice(live, "live", spec.tdp_w * LIVE_POWER_FRACTION, cache_bytes=caches)
+    return PriorDevice(live, "live", spec.tdp_w * LIVE_POWER_FRACTION, cache_bytes=caches,
+                       kind_factors=_kind_factors(live, caches, kernels))

@@ -14,7 +14,7 @@ from typing import Any
 
 from models.decision import Candidate
 from models.ops import PRECISIONS, Variant
-from models.priors import is_rate
+from models.priors import is_rate, kernel_key, reference_kind
 from models.transfer import Link, parse_link, parse_price
 from models.workload import Workload
 
@@ -39,8 +39,10 @@ class ClassView:
     # (host, core) of every pinned live device of the class (heartbeats' ``host`` and
     # ``cpus``): classes whose cores overlap share those cores' time (models/dispatch.py).
     cores: frozenset[tuple[str, int]] = frozenset()
-    # (precision, matmul GFLOP/s) its live devices measured when they started, the median
-    # over them (heartbeats' ``calibration``, runtimes/calibrate.py); () where none reported.
+    # What its live devices measured when they started, the median over them
+    # (runtimes/calibrate.py): (precision, matmul GFLOP/s) from heartbeats' ``calibration``,
+    # and (models/priors.py::kernel_key, ms of that kind's reference op) from ``kernel_ms``;
+    # () where none reported. models/priors.py::prior_for_class reads both.
     calibration: tuple[tuple[str, float], ...] = ()
 
 
@@ -106,18 +108,49 @@ def check_calibration(calibration: object) -> None:
             raise ValueError(f"calibration of {precision} is {rate!r}, not a positive number")
 
 
+def check_kernel_ms(kernel_ms: object) -> None:
+    """ValueError unless ``kernel_ms`` is null or maps op signatures to positive, finite ms by
+    known precision (a heartbeat's ``kernel_ms``). A signature that is not one of today's
+    reference ops is allowed (an executor of another version) and ignored."""
+    if kernel_ms is None:
+        return
+    if not isinstance(kernel_ms, Mapping):
+        raise ValueError("kernel_ms is an object of ms by precision per reference op, or null")
+    for signature, by_precision in kernel_ms.items():
+        if len(str(signature)) > 200 or not isinstance(by_precision, Mapping):
+            raise ValueError(f"kernel_ms of {str(signature)[:40]!r} is not an object of ms "
+                             "by precision")
+        for precision, ms in by_precision.items():
+            if precision not in PRECISIONS:
+                raise ValueError(f"kernel_ms names an unknown precision {str(precision)[:20]!r}")
+            if not is_rate(ms):
+                raise ValueError(f"kernel_ms of {str(signature)[:40]} {precision} is {ms!r}, "
+                                 "not a positive number")
+
+
 def class_calibration(members: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, float], ...]:
-    """(precision, GFLOP/s) pairs in precision order: per precision, the median of the rates the
-    devices' heartbeats report (positive, finite numbers; anything else is ignored)."""
-    rates: dict[str, list[float]] = {}
+    """Sorted (key, value) pairs, each the median over the devices that report it: per
+    precision the matmul GFLOP/s of their heartbeats' ``calibration``, and per
+    ``kernel_key(kind, precision)`` the ms of their ``kernel_ms`` for that kind's reference op
+    (positive, finite numbers of today's reference ops; anything else is ignored)."""
+    values: dict[str, list[float]] = {}
     for member in members:
         calibration = member.get("calibration")
-        if not isinstance(calibration, Mapping):
+        if isinstance(calibration, Mapping):
+            for precision, rate in calibration.items():
+                if is_rate(rate):
+                    values.setdefault(str(precision), []).append(float(rate))
+        kernel_ms = member.get("kernel_ms")
+        if not isinstance(kernel_ms, Mapping):
             continue
-        for precision, rate in calibration.items():
-            if is_rate(rate):
-                rates.setdefault(str(precision), []).append(float(rate))
-    return tuple((p, statistics.median(r)) for p, r in sorted(rates.items()))
+        for signature, by_precision in kernel_ms.items():
+            kind = reference_kind(str(signature))
+            if kind is None or not isinstance(by_precision, Mapping):
+                continue
+            for precision, ms in by_precision.items():
+                if is_rate(ms):
+                    values.setdefault(kernel_key(kind, str(precision)), []).append(float(ms))
+    return tuple((key, statistics.median(v)) for key, v in sorted(values.items()))
 
 
 def _member_cores(device: Mapping[str, Any]) -> list[tuple[str, int]]:

@@ -11,7 +11,14 @@ and cores it was given. Its heartbeats carry the rates (``calibration``, GFLOP/s
 and the worker builds the class's prior from them (models/priors.py::prior_for_class).
 
 A few milliseconds per precision; a precision whose first run takes longer than the budget is
-measured from that run alone. Simulated runtimes and accelerators are not calibrated (their
+measured from that run alone.
+
+The roofline misses the other kinds far more than a rate can fix (a layernorm's or softmax's
+passes over memory, attention's intermediates, a runtime's per-kind kernels): so the executor
+also times one reference op of each other kind (models/priors.py::REFERENCE_OPS, 1-10 ms in
+fp32 on one core) in each eager precision it offers, within a budget (``calibrate_kernels``;
+heartbeats' ``kernel_ms``), and the class's prior bends each kind's roofline by how far its
+reference op missed it. Simulated runtimes and accelerators are not calibrated (their
 catalog entries are their priors; a 256^3 matmul on a GPU measures its launch, not its rate).
 """
 
@@ -21,7 +28,8 @@ import logging
 import time
 
 from models.ops import Variant, make_inputs
-from models.opspecs import MatmulSpec
+from models.opspecs import MatmulSpec, OpSpec
+from models.priors import REFERENCE_OPS
 from runtimes.base import Runtime, VariantRefused
 
 logger = logging.getLogger(__name__)
@@ -31,6 +39,12 @@ logger = logging.getLogger(__name__)
 SIZE = 256
 RUNS = 5
 BUDGET_S = 0.5
+# The reference kernels: at most this long in all (the executor's startup), and this long per
+# (kind, precision) before its best run so far stands (a slow emulated precision is measured
+# from its first runs; the warm-up run counts only where it is the only one).
+KERNEL_BUDGET_S = 4.0
+KERNEL_OPTION_BUDGET_S = 0.25
+KERNEL_RUNS = 3
 
 
 def calibrates(runtime: Runtime) -> bool:
@@ -67,3 +81,51 @@ def calibrate(runtime: Runtime, size: int = SIZE, runs: int = RUNS,
         if best_ms > 0.0:
             rates[precision] = round(spec.flops() / (best_ms / 1e3) / 1e9, 3)
     return rates or None
+
+
+def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s: float) -> float:
+    """The best of up to ``runs`` timed runs after a warm-up, fewer past ``budget_s`` (the
+    warm-up alone where even it exceeds the budget: a first eager call may set up the op)."""
+    inputs = make_inputs(op, seed=0)
+    began = time.perf_counter()
+    first = runtime.execute(op, variant, inputs).exec_ms
+    best = float("inf")
+    for _ in range(max(runs, 1)):
+        if time.perf_counter() - began > budget_s:
+            break
+        best = min(best, runtime.execute(op, variant, inputs).exec_ms)
+    return first if best == float("inf") else best
+
+
+def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
+                      option_budget_s: float = KERNEL_OPTION_BUDGET_S,
+                      runs: int = KERNEL_RUNS) -> dict[str, dict[str, float]] | None:
+    """ms of each reference op (models/priors.py::REFERENCE_OPS) per eager precision
+    ``runtime`` offers for its kind, keyed by the op's signature: fp32 of every kind first,
+    then the other precisions, until ``budget_s`` is spent (at least one is measured; what is
+    left keeps its roofline). None for a runtime that is not calibrated."""
+    if not calibrates(runtime):
+        return None
+    offered = {(kind, precision) for kind, precision, mode in runtime.capabilities()
+               if mode == "eager"}
+    options = sorted(((kind, precision) for kind, precision in offered if kind in REFERENCE_OPS),
+                     key=lambda option: (option[1] != "fp32", option[1], option[0]))
+    measured: dict[str, dict[str, float]] = {}
+    began = time.perf_counter()
+    for done, (kind, precision) in enumerate(options):
+        if done and time.perf_counter() - began > budget_s:
+            logger.info("calibrating %s: budget of %.1f s spent, %d of %d kernels measured",
+                        runtime.device_class, budget_s, done, len(options))
+            break
+        op = REFERENCE_OPS[kind]
+        try:
+            ms = _best_ms(runtime, op, Variant(precision, "eager"), runs, option_budget_s)
+        except VariantRefused:
+            continue
+        except Exception as exc:  # that kind keeps its roofline
+            logger.warning("calibrating %s %s %s failed: %s", runtime.device_class, kind,
+                           precision, exc)
+            continue
+        if ms > 0.0:
+            measured.setdefault(op.signature(), {})[precision] = round(ms, 4)
+    return measured or None

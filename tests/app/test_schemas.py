@@ -262,6 +262,16 @@ def test_a_heartbeat_with_a_malformed_calibration_is_refused() -> None:
         with pytest.raises(ValueError, match="calibration"):
             parse_heartbeat(json.dumps(beat).encode())
         assert not valid("heartbeats", beat)
+    beat["calibration"] = None
+    kernels = {"softmax:rows=2048,dim=2048,dtype=float32": {"fp32": 21.3, "bf16": 9.0}}
+    beat["kernel_ms"] = kernels
+    assert parse_heartbeat(json.dumps(beat).encode()).kernel_ms == kernels
+    assert valid("heartbeats", beat)
+    for bad in ({"softmax": {"fp32": 0.0}}, {"softmax": {"fp64": 1.0}}, {"softmax": 2.0}):
+        beat["kernel_ms"] = bad
+        with pytest.raises(ValueError, match="kernel_ms"):
+            parse_heartbeat(json.dumps(beat).encode())
+        assert not valid("heartbeats", beat)
 
 
 def _metric(**change: Any) -> dict[str, Any]:

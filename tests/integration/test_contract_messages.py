@@ -221,8 +221,9 @@ def test_kcat_examples_run_as_documented(cluster: LocalCluster) -> None:
 
 def test_the_executor_reports_its_calibration_and_the_prior_runs_at_it(
         messages: dict[str, list[dict[str, Any]]], cluster: LocalCluster) -> None:
-    """A CPU executor measures its matmul rate per precision before it serves; its heartbeats
-    carry it and the class's cost model is built on a prior at those rates."""
+    """A CPU executor measures its matmul rate per precision and its reference kernels before
+    it serves; its heartbeats carry them and the class's cost model is built on a prior at
+    those rates, each measured kind's roofline bent by its reference op."""
     beats = [decoded(m) for m in messages["heartbeats"]]
     calibration = beats[0]["calibration"]
     assert set(calibration) == {"fp32"}  # NumPy offers no other matmul precision here
@@ -231,3 +232,10 @@ def test_the_executor_reports_its_calibration_and_the_prior_runs_at_it(
                  if m["device_class"] == CLASS)
     assert model["prior_device"].endswith("~calibrated")
     assert model["prior_gflops"]["fp32"] == pytest.approx(calibration["fp32"])
+    from models.priors import REFERENCE_OPS, reference_kind
+
+    kernels = beats[0]["kernel_ms"]
+    kinds = {reference_kind(signature) for signature in kernels}
+    assert kinds and kinds <= set(REFERENCE_OPS)
+    assert set(model["prior_kind_factors"]) == {f"{kind}/fp32" for kind in kinds}
+    assert all(factor > 0 for factor in model["prior_kind_factors"].values())

@@ -81,3 +81,66 @@ def test_a_cold_class_is_predicted_from_its_calibrated_prior() -> None:
 
     assert predicted(BF16, calibration) > 5 * predicted(FP32, calibration)
     assert predicted(BF16, ()) < 5 * predicted(FP32, ())
+
+
+SOFTMAX = parse_op({"kind": "softmax", "rows": 4096, "dim": 2048})
+LAYERNORM = parse_op({"kind": "layernorm", "rows": 4096, "dim": 2048})
+
+
+def test_a_measured_reference_kernel_bends_its_kinds_roofline() -> None:
+    """The reference op of a kind is predicted at its measured time; other shapes of the kind
+    by the same factor on the work; unmeasured kinds keep the roofline."""
+    from models.priors import REFERENCE_OPS, kernel_key
+
+    plain = prior_for_class("jax-cpu-x86", {"fp32": 40.0})
+    bent = prior_for_class("jax-cpu-x86", {"fp32": 40.0, kernel_key("softmax", "fp32"): 80.0})
+    reference = REFERENCE_OPS["softmax"]
+    assert math.exp(bent.roofline_log_ms(reference, FP32)) == pytest.approx(80.0, rel=1e-6)
+    factor = bent.kind_factor("softmax", "fp32")
+    assert factor > 10
+    assert bent.work_log_ms(SOFTMAX, FP32) - plain.work_log_ms(SOFTMAX, FP32) == pytest.approx(
+        math.log(factor))
+    # bf16 not measured: the kind's fp32 factor; layernorm not measured: its roofline.
+    assert bent.kind_factor("softmax", "bf16") == factor
+    assert bent.work_log_ms(LAYERNORM, FP32) == plain.work_log_ms(LAYERNORM, FP32)
+
+
+def test_kernels_rank_the_runtimes_a_rate_cannot() -> None:
+    """Two classes with the same matmul rate: the one whose softmax measured 4x slower is
+    predicted 4x slower on a softmax of another shape, and the same on a matmul."""
+    from models.priors import kernel_key
+
+    fast = prior_for_class("torch-cpu-x86", {"fp32": 50.0, kernel_key("softmax", "fp32"): 20.0})
+    slow = prior_for_class("numpy-cpu-x86", {"fp32": 50.0, kernel_key("softmax", "fp32"): 80.0})
+    assert slow.work_log_ms(SOFTMAX, FP32) - fast.work_log_ms(SOFTMAX, FP32) == pytest.approx(
+        math.log(4.0), rel=0.01)
+    assert slow.work_log_ms(MATMUL, FP32) == fast.work_log_ms(MATMUL, FP32)
+
+
+def test_a_stored_prior_keeps_its_kind_factors() -> None:
+    from models.priors import PriorDevice, kernel_key
+
+    prior = prior_for_class("numpy-cpu-x86", {kernel_key("layernorm", "fp32"): 30.0})
+    assert prior.kind_factors and PriorDevice.from_dict(prior.to_dict()) == prior
+    assert prior.device.name.endswith("~calibrated")
+
+
+def test_a_class_takes_the_median_of_its_devices_kernels() -> None:
+    """Heartbeats' kernel_ms by signature become (kernel_key, median ms); a signature that is
+    not a reference op (another version's) and unusable times are ignored."""
+    from models.priors import REFERENCE_OPS, kernel_key
+    from models.registry import check_kernel_ms
+
+    signature = REFERENCE_OPS["softmax"].signature()
+    members = [{"kernel_ms": {signature: {"fp32": 10.0, "bf16": 4.0}}},
+               {"kernel_ms": {signature: {"fp32": 30.0}, "softmax:rows=1,dim=1": {"fp32": 1.0}}},
+               {"kernel_ms": {signature: {"fp32": 20.0, "bf16": 0.0}}}, {"kernel_ms": None},
+               {"calibration": {"fp32": 5.0}}]
+    assert class_calibration(members) == (
+        ("fp32", 5.0), (kernel_key("softmax", "bf16"), 4.0), (kernel_key("softmax", "fp32"), 20.0))
+    check_kernel_ms(None)
+    check_kernel_ms({signature: {"fp32": 1.5}})
+    for bad in ([1.0], {signature: 3.0}, {signature: {"fp64": 1.0}}, {signature: {"fp32": -1}},
+                {"x" * 300: {"fp32": 1.0}}):
+        with pytest.raises(ValueError, match="kernel_ms"):
+            check_kernel_ms(bad)

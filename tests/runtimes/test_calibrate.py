@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtimes import get_runtime
-from runtimes.calibrate import calibrate, calibrates
+from runtimes.calibrate import calibrate, calibrate_kernels, calibrates
 
 
 def eager_matmul_precisions(runtime) -> set[str]:
@@ -40,3 +40,21 @@ def test_simulated_runtimes_are_not_calibrated() -> None:
     runtime = get_runtime("sim", "h100")
     assert not calibrates(runtime)
     assert calibrate(runtime) is None
+
+
+def test_every_reference_kernel_of_numpy_is_timed_in_fp32() -> None:
+    """NumPy offers every kind in fp32 eager: each reference op has a positive time, keyed by
+    its signature (what the worker matches against models/priors.py::REFERENCE_OPS)."""
+    from models.priors import REFERENCE_OPS, reference_kind
+
+    measured = calibrate_kernels(get_runtime("numpy", "cpu"), runs=1)
+    assert measured is not None
+    assert {reference_kind(signature) for signature in measured} == set(REFERENCE_OPS)
+    assert all(by["fp32"] > 0 for by in measured.values())
+
+
+def test_the_kernel_budget_bounds_the_calibration() -> None:
+    """Past the budget the rest keeps its roofline: a budget of zero measures one option."""
+    measured = calibrate_kernels(get_runtime("numpy", "cpu"), budget_s=0.0, runs=1)
+    assert measured is not None and sum(len(by) for by in measured.values()) == 1
+    assert calibrate_kernels(get_runtime("sim", "h100")) is None

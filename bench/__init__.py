@@ -1,5 +1,5 @@
-"""Benchmarks: ``switchyard bench scheduling|costmodel|pipeline|drift|batching|offload|fleetsim|layers
-[--quick]``.
+"""Benchmarks: ``switchyard bench
+scheduling|costmodel|pipeline|drift|batching|offload|fleetsim|layers|priors [--quick]``.
 
 Each writes JSON and PNG under ``bench/out/`` and replaces its section of ``BENCHMARKS.md``.
 Benchmarks report; they never assert on timings.
@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 BENCHMARK_NAMES: tuple[str, ...] = ("scheduling", "costmodel", "pipeline", "drift", "batching",
-                                    "offload", "fleetsim", "layers")
+                                    "offload", "fleetsim", "layers", "priors")
 
 
 def run_benchmark(name: str, quick: bool, out_dir: Path) -> int:

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 from app import kafka_local
+from bench import BENCHMARK_NAMES
 
 RUNTIMES = ("torch", "jax", "numpy", "sim")
-BENCHMARKS = ("scheduling", "costmodel", "pipeline", "drift", "batching", "offload",
-              "fleetsim", "layers")
 
 
 def _kafka(ns: argparse.Namespace) -> int:
@@ -196,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks: JSON and PNG under bench/out/",
                            description="Run one benchmark and update BENCHMARKS.md.")
-    bench.add_argument("name", choices=BENCHMARKS,
+    bench.add_argument("name", choices=BENCHMARK_NAMES,
                        help="scheduling (policies vs an oracle), costmodel (accuracy), pipeline "
                             "(throughput), drift (adaptation), batching (dynamic batching in an "
                             "executor), offload (local fleet vs a remote class behind a link), "

@@ -108,7 +108,7 @@ def _score(rows: Mapping[str, Mapping[str, Any]], ops: Sequence[Any]) -> dict[st
                 continue
             best = min(options[i][3] for i in at)
             for arm in ARMS:
-                pick = min(at, key=lambda i, arm=arm: predicted[arm][i])
+                pick = min(at, key=predicted[arm].__getitem__)
                 picks[arm]["right"].append(float(options[pick][3] <= best * WITHIN))
                 picks[arm]["regret"].append(options[pick][3] / best)
     return {arm: {"options": len(options),

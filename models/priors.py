@@ -71,7 +71,7 @@ CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 # keyed by the op's signature): 1-10 ms each in fp32 on one core. The roofline misses these
 # kinds by up to 100x in either direction, and differently per runtime: on one AMD EPYC the
 # live mix's 4096x2048 layernorm took 43 ms in torch, 67 in NumPy and 152 in eager JAX against
-# a roofline of 3.4 ms for all three (BENCHMARKS.md, *Per-kind calibration*), so every runtime
+# a roofline of 3.4 ms for all three (BENCHMARKS.md, *Cold priors of the live CPU classes*), so every runtime
 # looked worth a try and each try of the slow ones stalled the core it shares.
 REFERENCE_OPS: dict[str, OpSpec] = {
     "bmm": BmmSpec(b=8, m=128, k=128, n=128),

@@ -58,3 +58,25 @@ def test_the_kernel_budget_bounds_the_calibration() -> None:
     measured = calibrate_kernels(get_runtime("numpy", "cpu"), budget_s=0.0, runs=1)
     assert measured is not None and sum(len(by) for by in measured.values()) == 1
     assert calibrate_kernels(get_runtime("sim", "h100")) is None
+
+
+def test_past_fp32_the_kinds_the_roofline_misses_most_come_first() -> None:
+    """torch offers bf16 for every kind: with a budget for only a few past fp32, the bf16
+    kernels measured are the memory-bound kinds'."""
+    from runtimes.calibrate import MISSED_MOST
+
+    runtime = get_runtime("torch", "cpu")
+    order: list[tuple[str, str]] = []
+    original = runtime.execute
+
+    def recording(op, variant, inputs):
+        if not order or order[-1] != (op.kind, variant.precision):
+            order.append((op.kind, variant.precision))
+        return original(op, variant, inputs)
+
+    runtime.execute = recording
+    calibrate_kernels(runtime, runs=1, option_budget_s=0.0)
+    fp32 = [kind for kind, precision in order if precision == "fp32"]
+    assert len(fp32) == 7 and order[:7] == [(kind, "fp32") for kind in fp32]
+    after = [kind for kind, precision in order[7:] if precision == order[7][1]]
+    assert set(after[:len(MISSED_MOST)]) == MISSED_MOST

@@ -145,3 +145,43 @@ def cores_given_back() -> Iterator[None]:
         yield
     finally:
         _set_all_threads(before)
+
+
+CORE_LOCK_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+
+
+class CoreTurns:
+    """Executors pinned to one core take turns on it, one execution at a time.
+
+    Executors of several runtimes on one core used to run side by side: the kernel shared the
+    core between their executions (each took about twice its time while another ran), and
+    each executor learned, and the router planned with, times stretched by its neighbours'
+    (docs/architecture.md, *Known limits*). The router already waits on a shared core as if
+    its executors took turns (models/dispatch.py::colocated); this makes them do so. One
+    advisory lock file per core (``flock``: released by the kernel when the process dies,
+    so a killed executor never holds a core), taken in core order for an executor on several
+    cores; uncontended it costs a system call."""
+
+    def __init__(self, cpus: Iterable[int], directory: Path | None = None) -> None:
+        folder = directory or CORE_LOCK_DIR
+        self._files = [open(folder / f"switchyard-core-{cpu}.lock", "a+b")  # noqa: SIM115
+                       for cpu in sorted(set(cpus))]
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """Hold every core of the executor for the duration of the block."""
+        import fcntl
+
+        taken = []
+        try:
+            for handle in self._files:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                taken.append(handle)
+            yield
+        finally:
+            for handle in reversed(taken):
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        for handle in self._files:
+            handle.close()

@@ -143,3 +143,52 @@ def test_simulated_executions_report_no_cpu_time_and_cpu_runtimes_do() -> None:
     numpy_rt = get_runtime("numpy", "cpu")
     assert numpy_rt.measures_cpu
     assert numpy_rt.execute(spec, Variant("fp32", "eager"), make_inputs(spec, 0)).cpu_ms is not None
+
+
+def test_executors_pinned_to_one_core_take_turns_on_it(tmp_path) -> None:
+    """While one holds the core, another asking for it waits; it enters once the first is
+    done. A different core is not held up."""
+    import threading
+
+    from runtimes.affinity import CoreTurns
+
+    first, second, elsewhere = (CoreTurns([1], tmp_path), CoreTurns([1], tmp_path),
+                                CoreTurns([0], tmp_path))
+    entered = threading.Event()
+
+    def wait_for_turn() -> None:
+        with second.turn():
+            entered.set()
+
+    with first.turn():
+        with elsewhere.turn():
+            pass  # core 0 is free while core 1 is held
+        waiter = threading.Thread(target=wait_for_turn)
+        waiter.start()
+        assert not entered.wait(0.3)
+    assert entered.wait(5.0)
+    waiter.join()
+    for turns in (first, second, elsewhere):
+        turns.close()
+
+
+def test_an_executor_on_two_cores_holds_both(tmp_path) -> None:
+    import threading
+
+    from runtimes.affinity import CoreTurns
+
+    wide, narrow = CoreTurns([3, 2], tmp_path), CoreTurns([3], tmp_path)
+    entered = threading.Event()
+
+    def wait_for_turn() -> None:
+        with narrow.turn():
+            entered.set()
+
+    with wide.turn():
+        waiter = threading.Thread(target=wait_for_turn)
+        waiter.start()
+        assert not entered.wait(0.3)
+    assert entered.wait(5.0)
+    waiter.join()
+    wide.close()
+    narrow.close()

@@ -35,9 +35,9 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
@@ -59,7 +59,6 @@ from models.ops import SpecError
 from models.transfer import Link
 from models.workload import decode_json_bounded
 from runtimes import Runtime
-from runtimes.affinity import CoreTurns
 from runtimes.calibrate import calibrate, calibrate_kernels, calibrates
 from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import (
@@ -75,7 +74,6 @@ from runtimes.work import (
 from runtimes.work import plan as plan_batches
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 # How long a stopping executor keeps trying to publish the outcome in hand.
 STOP_RETRY_S = 30.0
 # Room for the record around an inline output as large as the inline limit allows.
@@ -134,10 +132,6 @@ class Executor:
         self.in_hand = 0
         self.processed = 0
         self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
-        # A CPU executor pinned to its cores takes turns on them with the other executors
-        # pinned there (runtimes/affinity.py::CoreTurns); others run whenever they have work.
-        self.core_turns = (CoreTurns(cpus) if cpus and settings.executor_core_turns
-                           and runtime.device == "cpu" and not runtime.simulated else None)
         nvml = getattr(runtime, "power_meter", lambda: None)()
         self.nvml: NvmlMeter | None = nvml if nvml is not None and nvml.available else None
         self.power = PowerTracker(self.nvml or runtime.meter)
@@ -225,10 +219,9 @@ class Executor:
             # Before the first heartbeat, in the thread that runs the work (its threads and
             # cores): the class's cold prior is built from what the first heartbeats say.
             began = time.perf_counter()
-            self.calibration = await loop.run_in_executor(
-                self.compute, self._in_turn, calibrate, self.runtime)
-            self.kernel_ms = await loop.run_in_executor(
-                self.compute, self._in_turn, calibrate_kernels, self.runtime)
+            self.calibration = await loop.run_in_executor(self.compute, calibrate, self.runtime)
+            self.kernel_ms = await loop.run_in_executor(self.compute, calibrate_kernels,
+                                                        self.runtime)
             logger.info("calibrated %s in %.1f s: matmul GFLOP/s %s, %d reference kernels",
                         self.runtime.device_class, time.perf_counter() - began,
                         self.calibration, sum(len(v) for v in (self.kernel_ms or {}).values()))
@@ -256,8 +249,6 @@ class Executor:
             await consumer.stop()  # leaves the group: partitions move at once
             await producer.stop()
             self.compute.shutdown(wait=True)
-            if self.core_turns is not None:
-                self.core_turns.close()
             self.runtime.close()
         logger.info("executor %s stopped after %d workloads", self.device_id, self.processed)
         return 0
@@ -426,15 +417,6 @@ class Executor:
             halt.set()
         await running  # re-raises what stopped the thread, if anything did
 
-    def _in_turn(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``work(*args, **kwargs)`` while this executor holds its cores' turn (at once where
-        it takes no turns). The wait for the turn is before the work starts: a workload's
-        ``queue_ms``, not its execution."""
-        if self.core_turns is None:
-            return work(*args, **kwargs)
-        with self.core_turns.turn():
-            return work(*args, **kwargs)
-
     def _execute(self, plan: Plan, group: list[int]) -> list[WorkResult] | None:
         """Run one group (one route, or several as one batched call) in the compute thread;
         None for a route that could not be decoded (dead-lettered by the event loop)."""
@@ -444,9 +426,8 @@ class Executor:
         options: dict[str, Any] = {"device_id": self.device_id, "limits": self.limits,
                                    "slowdown": read_slowdown(self.slowdown_file)}
         if len(group) == 1:
-            return [self._in_turn(perform, first, self.runtime, link=self.link, **options)]
-        return self._in_turn(perform_batch, [plan.parsed[i] for i in group], self.runtime,
-                             **options)
+            return [perform(first, self.runtime, link=self.link, **options)]
+        return perform_batch([plan.parsed[i] for i in group], self.runtime, **options)
 
     async def _publish_group(self, producer: RenewingProducer, plan: Plan, group: list[int],
                              results: list[WorkResult] | None) -> list[asyncio.Task[None]]:

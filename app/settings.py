@@ -150,10 +150,6 @@ class Settings(BaseSettings):
     # them: the class's cold cost-model prior runs at those rates, each kind's roofline bent by
     # its reference op, instead of a generic CPU's. false: the generic CPU.
     executor_calibrate: bool = True
-    # CPU executors pinned to the same cores take turns on them, one execution at a time (an
-    # advisory lock per core, runtimes/affinity.py::CoreTurns), as the router's wait on a
-    # shared core assumes; false: they run side by side and the kernel shares the core.
-    executor_core_turns: bool = True
     # A remote class (models/transfer.py): the link the executor sits behind — round trip and
     # bandwidth, both or neither — and its price per device-hour (any currency; used by the
     # cost objective). Heartbeats carry them. Behind a link the executor really waits each

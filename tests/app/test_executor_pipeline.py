@@ -190,19 +190,3 @@ def test_a_failed_background_commit_is_raised_by_the_next() -> None:
             asyncio.run(main())
     finally:
         ex.compute.shutdown(wait=False)
-
-
-def test_only_a_pinned_cpu_executor_takes_turns_on_its_cores() -> None:
-    """Real CPU runtimes pinned to cores take turns (runtimes/affinity.py::CoreTurns);
-    simulated devices, unpinned executors and SWITCHYARD_EXECUTOR_CORE_TURNS=false do not.
-    Work run in turn returns what it returns."""
-    from runtimes import get_runtime
-
-    numpy = get_runtime("numpy", "cpu")
-    pinned = Executor(Settings(), numpy, "n-0", cpus=(0,))
-    assert pinned.core_turns is not None
-    assert pinned._in_turn(lambda a, b=0: a + b, 2, b=3) == 5
-    pinned.core_turns.close()
-    assert Executor(Settings(), numpy, "n-1").core_turns is None
-    assert Executor(Settings(executor_core_turns=False), numpy, "n-2", cpus=(0,)).core_turns is None
-    assert Executor(Settings(), SimRuntime("h100"), "s-0", cpus=(0,)).core_turns is None

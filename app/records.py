@@ -310,9 +310,10 @@ class HeartbeatRecord(_Wire):
     # rates. Null on simulated and accelerator devices.
     calibration: dict[str, float] | None = None
     # ms of one reference op of each other kind (models/priors.py::REFERENCE_OPS) per eager
-    # precision, keyed by the op's signature, measured with ``calibration``
-    # (runtimes/calibrate.py::calibrate_kernels); the class's cold prior bends each kind's
-    # roofline by how far its reference op missed it. Null where ``calibration`` is.
+    # precision, and of the per-call op (DISPATCH_OP, fp32), keyed by the op's signature,
+    # measured with ``calibration`` (runtimes/calibrate.py::calibrate_kernels); the class's
+    # cold prior bends each kind's roofline by how far its reference op missed it and takes
+    # the per-call op's time as its overhead. Null where ``calibration`` is.
     kernel_ms: dict[str, dict[str, float]] | None = None
 
 

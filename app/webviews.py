@@ -113,6 +113,9 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
         # (models/priors.py::PriorDevice.kind_factors), "<kind>/<precision>": factor.
         "prior_kind_factors": {f"{kind}/{precision}": finite(factor)
                                for kind, precision, factor in model.prior.kind_factors},
+        # Its per-call overhead: measured by its executors (models/priors.py::DISPATCH_OP)
+        # where they reported it, else the runtime's guess.
+        "prior_overhead_us": finite(model.prior.device.launch_overhead_s * 1e6),
         "error": error,
         "error_ratio": None if median_ape is None else median_ape / 100.0,
         "coefficients": {names[i]: coefficient(i) for i in range(len(names))

@@ -29,7 +29,7 @@ import time
 
 from models.ops import Variant, make_inputs
 from models.opspecs import MatmulSpec, OpSpec
-from models.priors import REFERENCE_OPS
+from models.priors import DISPATCH_OP, REFERENCE_OPS
 from runtimes.base import Runtime, VariantRefused
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ BUDGET_S = 0.5
 KERNEL_BUDGET_S = 4.0
 KERNEL_OPTION_BUDGET_S = 0.25
 KERNEL_RUNS = 3
+DISPATCH_RUNS = 20  # the per-call op takes microseconds: the best of many
 # Within a precision, the kinds the roofline misses most go first, so a budget spent early
 # (eager JAX sets up each op on its first call) leaves the GEMM-like kinds, which a measured
 # rate already places within ~2x, to the fp32 factor: on one AMD EPYC eager JAX's bf16
@@ -107,7 +108,8 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
                       runs: int = KERNEL_RUNS) -> dict[str, dict[str, float]] | None:
     """ms of each reference op (models/priors.py::REFERENCE_OPS) per eager precision
     ``runtime`` offers for its kind, keyed by the op's signature: fp32 of every kind first,
-    then the other precisions (`MISSED_MOST` first within each), until ``budget_s`` is spent (at least one is measured; what is
+    then the other precisions (`MISSED_MOST` first within each), after the per-call cost
+    (models/priors.py::DISPATCH_OP, fp32, best of `DISPATCH_RUNS`), until ``budget_s`` is spent (at least one is measured; what is
     left keeps its roofline). None for a runtime that is not calibrated."""
     if not calibrates(runtime):
         return None
@@ -118,6 +120,14 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
                                          option[0] not in MISSED_MOST, option[0]))
     measured: dict[str, dict[str, float]] = {}
     began = time.perf_counter()
+    if ("matmul", "fp32") in offered:  # the per-call cost first: microseconds
+        try:
+            ms = _best_ms(runtime, DISPATCH_OP, Variant("fp32", "eager"), DISPATCH_RUNS,
+                          option_budget_s)
+            if round(ms, 5) > 0.0:  # a zero would make the heartbeat malformed
+                measured[DISPATCH_OP.signature()] = {"fp32": round(ms, 5)}
+        except Exception as exc:  # the runtime's guessed overhead stays
+            logger.warning("calibrating %s dispatch failed: %s", runtime.device_class, exc)
     for done, (kind, precision) in enumerate(options):
         if done and time.perf_counter() - began > budget_s:
             logger.info("calibrating %s: budget of %.1f s spent, %d of %d kernels measured",
@@ -132,6 +142,6 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
             logger.warning("calibrating %s %s %s failed: %s", runtime.device_class, kind,
                            precision, exc)
             continue
-        if ms > 0.0:
+        if round(ms, 4) > 0.0:
             measured.setdefault(op.signature(), {})[precision] = round(ms, 4)
     return measured or None

@@ -144,3 +144,21 @@ def test_a_class_takes_the_median_of_its_devices_kernels() -> None:
                 {"x" * 300: {"fp32": 1.0}}):
         with pytest.raises(ValueError, match="kernel_ms"):
             check_kernel_ms(bad)
+
+
+def test_the_measured_per_call_cost_replaces_the_runtimes_guess() -> None:
+    """An 8^3 matmul's time is the class's per-call overhead (JAX's eager dispatch measured
+    ~85 µs here against a guess of 30); other precisions of it and absurd values are not."""
+    from models.priors import DISPATCH, DISPATCH_OP, kernel_key
+
+    guess = prior_for_class("jax-cpu-x86").device.launch_overhead_s
+    measured = prior_for_class("jax-cpu-x86", {kernel_key(DISPATCH, "fp32"): 0.085})
+    assert measured.device.launch_overhead_s == pytest.approx(85e-6)
+    assert measured.device.launch_overhead_s != guess
+    assert not measured.kind_factors  # dispatch bends no kind
+    tiny = math.exp(measured.roofline_log_ms(DISPATCH_OP, FP32))
+    assert tiny == pytest.approx(0.085, rel=0.01)
+    assert prior_for_class("jax-cpu-x86", {kernel_key(DISPATCH, "bf16"): 0.5}
+                           ).device.launch_overhead_s == guess
+    assert prior_for_class("jax-cpu-x86", {kernel_key(DISPATCH, "fp32"): 5000.0}
+                           ).device.launch_overhead_s == pytest.approx(1e-2)

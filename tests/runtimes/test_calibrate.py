@@ -45,18 +45,19 @@ def test_simulated_runtimes_are_not_calibrated() -> None:
 def test_every_reference_kernel_of_numpy_is_timed_in_fp32() -> None:
     """NumPy offers every kind in fp32 eager: each reference op has a positive time, keyed by
     its signature (what the worker matches against models/priors.py::REFERENCE_OPS)."""
-    from models.priors import REFERENCE_OPS, reference_kind
+    from models.priors import DISPATCH, REFERENCE_OPS, reference_kind
 
     measured = calibrate_kernels(get_runtime("numpy", "cpu"), runs=1)
     assert measured is not None
-    assert {reference_kind(signature) for signature in measured} == set(REFERENCE_OPS)
+    assert {reference_kind(signature) for signature in measured} == {*REFERENCE_OPS, DISPATCH}
     assert all(by["fp32"] > 0 for by in measured.values())
 
 
 def test_the_kernel_budget_bounds_the_calibration() -> None:
-    """Past the budget the rest keeps its roofline: a budget of zero measures one option."""
+    """Past the budget the rest keeps its roofline: a budget of zero measures the per-call
+    cost and one option."""
     measured = calibrate_kernels(get_runtime("numpy", "cpu"), budget_s=0.0, runs=1)
-    assert measured is not None and sum(len(by) for by in measured.values()) == 1
+    assert measured is not None and sum(len(by) for by in measured.values()) == 2
     assert calibrate_kernels(get_runtime("sim", "h100")) is None
 
 
@@ -76,6 +77,8 @@ def test_past_fp32_the_kinds_the_roofline_misses_most_come_first() -> None:
 
     runtime.execute = recording
     calibrate_kernels(runtime, runs=1, option_budget_s=0.0)
+    assert order[0] == ("matmul", "fp32")  # the per-call cost, before the kinds
+    order = order[1:]
     fp32 = [kind for kind, precision in order if precision == "fp32"]
     assert len(fp32) == 7 and order[:7] == [(kind, "fp32") for kind in fp32]
     after = [kind for kind, precision in order[7:] if precision == order[7][1]]

@@ -145,10 +145,11 @@ class Settings(BaseSettings):
     # before it runs them. 0: it batches only what is already queued, so a workload at low
     # load is never held back for a batch (BENCHMARKS.md, batching).
     executor_batch_wait_ms: float = Field(default=0.0, ge=0)
-    # A CPU executor measures its matmul rate per precision and one reference op of each other
-    # kind before it serves (0.5-4 s in all, runtimes/calibrate.py) and its heartbeats carry
-    # them: the class's cold cost-model prior runs at those rates, each kind's roofline bent by
-    # its reference op, instead of a generic CPU's. false: the generic CPU.
+    # A CPU executor measures its matmul rate per precision, one reference op of each other
+    # kind and its per-call cost before it serves (0.4-5 s in all on one core here,
+    # runtimes/calibrate.py) and its heartbeats carry them: the class's cold cost-model prior
+    # runs at those rates, each kind's roofline bent by its reference op, with the measured
+    # per-call overhead, instead of a generic CPU's. false: the generic CPU.
     executor_calibrate: bool = True
     # A remote class (models/transfer.py): the link the executor sits behind — round trip and
     # bandwidth, both or neither — and its price per device-hour (any currency; used by the

@@ -86,11 +86,12 @@ def _score(rows: Mapping[str, Mapping[str, Any]], ops: Sequence[Any]) -> dict[st
         row["device_class"], _calibrations(row)[arm])) for row in rows.values()} for arm in ARMS}
     misses: dict[str, list[float]] = {arm: [] for arm in ARMS}
     options: list[tuple[Any, str, str, float]] = []  # (op, class, variant key, true ms)
+    by_signature = {op.signature(): op for op in ops}
     for row in rows.values():
         for key, ms in row["profile"].items():
             signature, variant_key = key.split("|")
-            op = next(o for o in ops if o.signature() == signature)
-            options.append((op, row["device_class"], variant_key, float(ms)))
+            options.append((by_signature[signature], row["device_class"], variant_key,
+                            float(ms)))
     predicted: dict[str, list[float]] = {arm: [] for arm in ARMS}
     for op, device_class, variant_key, ms in options:
         precision, mode = variant_key.split("/")

@@ -107,10 +107,11 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
                       option_budget_s: float = KERNEL_OPTION_BUDGET_S,
                       runs: int = KERNEL_RUNS) -> dict[str, dict[str, float]] | None:
     """ms of each reference op (models/priors.py::REFERENCE_OPS) per eager precision
-    ``runtime`` offers for its kind, keyed by the op's signature: fp32 of every kind first,
-    then the other precisions (`MISSED_MOST` first within each), after the per-call cost
-    (models/priors.py::DISPATCH_OP, fp32, best of `DISPATCH_RUNS`), until ``budget_s`` is spent (at least one is measured; what is
-    left keeps its roofline). None for a runtime that is not calibrated."""
+    ``runtime`` offers for its kind, keyed by the op's signature: after the per-call cost
+    (models/priors.py::DISPATCH_OP, fp32, best of `DISPATCH_RUNS`), fp32 of every kind, then
+    the other precisions (`MISSED_MOST` first within each), until ``budget_s`` is spent (at
+    least one is measured; what is left keeps its roofline). None for a runtime that is not
+    calibrated."""
     if not calibrates(runtime):
         return None
     offered = {(kind, precision) for kind, precision, mode in runtime.capabilities()

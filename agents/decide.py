@@ -35,7 +35,7 @@ from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, history, input_offsets, models
 from models.backlog import InflightEntry
 from models.costmodel import CostModel
-from models.dispatch import colocated, core_sharing, device_wait_ms, route_partition
+from models.dispatch import colocated, core_left, core_sharing, device_wait_ms, route_partition
 from models.history import HistoryModel
 from models.inflight import batch_key, reroute_key
 from models.ops import SpecError
@@ -199,11 +199,14 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     # route of this batch included): where the route would go (models/dispatch.py).
     now = now_ms()
     # Classes pinned to shared cores wait for each other's work too.
+    waits = {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms, now)
+             for c, view in snapshot.classes.items()}
     snapshot.device_wait_ms, snapshot.core_busy_ms = colocated(
-        snapshot.classes, snapshot.sharing,
-        {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms, now)
-         for c, view in snapshot.classes.items()},
-        snapshot.backlog_ms)
+        snapshot.classes, snapshot.sharing, waits, snapshot.backlog_ms)
+    if snapshot.sharing:
+        snapshot.core_left = core_left(
+            snapshot.classes, snapshot.sharing, waits, snapshot.backlog_ms,
+            {c: state.backlog.count(c) for c in snapshot.sharing})
     nbytes = io_bytes(workload)
     candidates = offers(workload, snapshot, warm_routes, nbytes)
     if not candidates:

@@ -192,6 +192,12 @@ class Backlog:
         count = (held.count if held else 0) + (other.count if other else 0)
         return ms * self.pace(device_class) + count * per_workload_ms
 
+    def count(self, device_class: str) -> int:
+        """How many unfinished workloads a class holds: this worker's and (as last set) the
+        other workers'."""
+        held, other = self._held.get(device_class), self._others.get(device_class)
+        return (held.count if held else 0) + (int(other.count) if other else 0)
+
     def share(self) -> dict[str, dict[str, float]]:
         """This worker's own totals per class, as published for the other workers."""
         return {c: h.as_dict() for c, h in sorted(self._held.items())}

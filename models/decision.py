@@ -71,6 +71,10 @@ class Candidate:
     # (models/dispatch.py::colocated; 0 where it shares none): its core is idle only when
     # this is 0 too.
     core_busy_ms: float = 0.0
+    # Per neighbour on those cores still holding work once this class's own queue drained:
+    # (that work, ms; how many workloads) (models/dispatch.py::core_left): what a workload
+    # sent here runs beside, and delays (``shared_core_ms``). Empty where it shares no core.
+    core_left: tuple[tuple[float, float], ...] = ()
     # The class's measured matmul rates, (precision, GFLOP/s) (``ClassView.calibration``):
     # a class with no learned model yet is predicted by a prior built from them.
     calibration: tuple[tuple[str, float], ...] = ()

@@ -13,6 +13,7 @@ policies charge a class (``Candidate.start_wait_ms``). Pure logic: no Kafka, no 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from models.backlog import Backlog, Held
@@ -152,23 +153,13 @@ def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[st
     is nothing too. The policy explores such a class only while its core is idle
     (models/policy.py::_explore_only_when_idle).
     """
-    def queued(name: str) -> float:
-        held = max(backlog_ms.get(name, 0.0), 0.0)
-        wait = device_wait.get(name)
-        view = classes.get(name)
-        if wait is None or view is None:
-            return held
-        return min(held, max(wait, 0.0) * max(view.live_instances, 1))
-
     out: dict[str, float | None] = dict(device_wait)
     busy: dict[str, float] = {}
     for name, shares in sharing.items():
-        own = out.get(name)
-        if own is None:
-            own = max(backlog_ms.get(name, 0.0), 0.0) / max(classes[name].live_instances, 1)
+        own = _own_wait(name, classes, device_wait, backlog_ms)
         extra = held = 0.0
         for other, share in shares.items():
-            queued_ms = queued(other)
+            queued_ms = _queued(other, classes, device_wait, backlog_ms)
             extra += min(queued_ms, own) * share
             held += queued_ms * share
         if extra > 0.0:
@@ -176,3 +167,78 @@ def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[st
         if held > 0.0:
             busy[name] = held
     return out, busy
+
+
+def _queued(name: str, classes: Mapping[str, ClassView], device_wait: Mapping[str, float | None],
+            backlog_ms: Mapping[str, float]) -> float:
+    """A class's queued work (`colocated`): its backlog, but no more than its device wait times
+    its instances."""
+    held = max(backlog_ms.get(name, 0.0), 0.0)
+    wait = device_wait.get(name)
+    view = classes.get(name)
+    if wait is None or view is None:
+        return held
+    return min(held, max(wait, 0.0) * max(view.live_instances, 1))
+
+
+def _own_wait(name: str, classes: Mapping[str, ClassView], device_wait: Mapping[str, float | None],
+              backlog_ms: Mapping[str, float]) -> float:
+    """A class's own wait before any neighbour's turns: its device wait, else its backlog over
+    its instances."""
+    own = device_wait.get(name)
+    if own is None:
+        own = max(backlog_ms.get(name, 0.0), 0.0) / max(classes[name].live_instances, 1)
+    return own
+
+
+def core_left(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
+              device_wait: Mapping[str, float | None], backlog_ms: Mapping[str, float],
+              backlog_count: Mapping[str, int]) -> dict[str, tuple[tuple[float, float], ...]]:
+    """Per class sharing cores, each neighbour still holding work when the class's own queue
+    has drained: (that work, ms, in the share of the neighbour's cores in common; how many of
+    its workloads it is, in proportion to the ms). What a workload sent to the class runs
+    beside (`shared_core_ms`); absent where there is none.
+
+    While the class works through its own queue, each neighbour gets the same turns on the
+    shared core (the kernel shares it between runnable executors), so a neighbour with ``q``
+    ms queued has ``q`` less the class's own wait left by then. ``backlog_count``: the
+    workloads each class holds (``Backlog.count``)."""
+    out: dict[str, tuple[tuple[float, float], ...]] = {}
+    for name, shares in sharing.items():
+        own = _own_wait(name, classes, device_wait, backlog_ms)
+        left = []
+        for other, share in shares.items():
+            queued_ms = _queued(other, classes, device_wait, backlog_ms)
+            after = queued_ms - max(own, 0.0)
+            count = backlog_count.get(other, 0)
+            if after > 0.0 and count > 0:
+                left.append((after * share, count * after / queued_ms))
+        if left:
+            out[name] = tuple(left)
+    return out
+
+
+def shared_core_ms(left: tuple[tuple[float, float], ...], occupancy_ms: float) -> tuple[float, float]:
+    """What running ``occupancy_ms`` of work on a shared core beside its neighbours' work
+    ``left`` (`core_left`) costs: (how much later it finishes than alone — each neighbour
+    takes a turn for every one of its own, up to the work it has left —; how much later the
+    neighbours' workloads finish in all — each of them still queued is pushed back by the
+    turns it gives up, up to that work).
+
+    An earliest-finish choice counts only the first: on one core shared by three executors,
+    a workload sent to an idle executor beside a busy one finished sooner than behind it,
+    but delayed every workload queued on the busy one by as much, and the live sets' mean
+    completion is the sum of both (issue 13: Switchyard 1.35x always-torch on live fp32, with
+    its executions 46 ms against 29 ms side by side)."""
+    stretch = delay = 0.0
+    occupancy_ms = max(occupancy_ms, 0.0)
+    for after_ms, count in left:
+        stretch += min(after_ms, occupancy_ms)
+        # The neighbour's workloads, spread evenly over its work left, finish alone at
+        # after·k/n (k = 1..n); each finishes later by the turns it gives up before then:
+        # min(after·k/n, occupancy).
+        n = max(1, round(count))
+        step = after_ms / n
+        within = min(n, math.floor(occupancy_ms / step)) if step > 0.0 else n
+        delay += (step * within * (within + 1) / 2 + (n - within) * occupancy_ms) * count / n
+    return stretch, delay

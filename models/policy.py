@@ -4,7 +4,10 @@
 + expected wait (backlog / live instances) + the expected one-time setup when the class has
 probably not run that (shape, variant) yet (models/setup.py) + the expected transfer over a
 remote class's link (models/transfer.py) + the executor's expected handling around the
-execution (models/handling.py), or by predicted joules, or by cost (the class's price per
+execution (models/handling.py) + on a core shared with other classes' executors, the turns it
+gives them while it runs (models/dispatch.py::shared_core_ms); its score adds the turns it takes
+from their queued workloads, so it is the mean completion of all of them that it keeps down. Or
+by predicted joules, or by cost (the class's price per
 device-hour x setup, transfer, handling and execution), or a normalised mix, as the request's
 objective says; within its deadline where any candidate makes it, and never over its
 ``max_cost`` (none within: ``OverBudget``). It picks by Thompson sampling: each
@@ -56,6 +59,7 @@ from models.decision import (
     score_order_key,
     weighted_scores_plain,
 )
+from models.dispatch import shared_core_ms
 from models.history import HistoryModel
 from models.ops import OpSpec
 from models.transfer import HOUR_MS
@@ -165,7 +169,14 @@ class SwitchyardPolicy:
                          "cost": objective.get("cost", 0.0)}
 
         besides = [setup[i] + transfer[i] + handling[i] for i in range(n)]  # besides the execution
-        completion = [wait[i] + besides[i] + mean_ms[i] for i in range(n)]
+        # On a core shared with other classes' executors: how much later the workload finishes
+        # for their turns, and how much later their queued workloads finish for its own
+        # (models/dispatch.py::shared_core_ms). The first is part of its completion; the
+        # second is what choosing it costs the others, added to its score only.
+        shared = [shared_core_ms(c.core_left, besides[i] + mean_ms[i]) if c.core_left
+                  else (0.0, 0.0) for i, c in enumerate(usable)]
+        completion = [wait[i] + besides[i] + mean_ms[i] + shared[i][0] for i in range(n)]
+        delays = [shared[i][1] for i in range(n)]
         # What holding the device costs: its price over setup, transfer, handling, execution.
         cost = [price[i] * (besides[i] + mean_ms[i]) / HOUR_MS for i in range(n)]
         draw_cost = [price[i] * (besides[i] + draw_ms[i]) / HOUR_MS for i in range(n)]
@@ -190,14 +201,19 @@ class SwitchyardPolicy:
         def at(values: list[float]) -> list[float]:
             return [values[i] for i in idx]
 
+        charged = [completion[i] + delays[i] for i in range(n)]
         greedy_scores = weighted_scores_plain(
-            at(completion), None if mean_energy is None else at(mean_energy), objective,
+            at(charged), None if mean_energy is None else at(mean_energy), objective,
             at(cost) if wants_cost else None)
-        draw_completion = [wait[i] + besides[i] + draw_ms[i] for i in range(n)]
+        draw_completion = [
+            wait[i] + besides[i] + draw_ms[i] + (
+                sum(shared_core_ms(usable[i].core_left, besides[i] + draw_ms[i]))
+                if usable[i].core_left else 0.0)
+            for i in range(n)]
         draw_scores = weighted_scores_plain(
             at(draw_completion), None if draw_energy is None else at(draw_energy), objective,
             at(draw_cost) if wants_cost else None)
-        greedy_at = best_index_plain(greedy_scores, at(completion))
+        greedy_at = best_index_plain(greedy_scores, at(charged))
         greedy = idx[greedy_at]
         pick_at = best_index_plain(draw_scores, at(draw_completion))
         chosen = idx[pick_at]
@@ -215,7 +231,7 @@ class SwitchyardPolicy:
         if not any(learned):
             reason = "fallback"
         elif not held_back and (samples[chosen] < self.cold_samples or (
-                chosen != greedy and completion[chosen] > completion[greedy] * (1.0 + TIE))):
+                chosen != greedy and charged[chosen] > charged[greedy] * (1.0 + TIE))):
             reason = "explore"
         else:
             reason = "exploit"
@@ -227,12 +243,13 @@ class SwitchyardPolicy:
                     "mode": cand.variant.mode, "exec_ms": float(mean_ms[i]),
                     "transfer_ms": float(transfer[i]), "wait_ms": float(wait[i]),
                     "setup_ms": float(setup[i]), "handling_ms": float(handling[i]),
+                    "shared_core_ms": float(shared[i][0] + delays[i]),
                     "energy_j": energy[i],
                     "cost": float(cost[i]), "score": float(score)}
 
-        pool_completion = at(completion)
+        pool_charged = at(charged)
         order = sorted(range(len(idx)),
-                       key=lambda j: score_order_key(greedy_scores[j], pool_completion[j]))
+                       key=lambda j: score_order_key(greedy_scores[j], pool_charged[j]))
         others = [terms(idx[j], greedy_scores[j])
                   for j in [j for j in order if idx[j] != chosen][:COMPARED_OTHERS]]
         return Decision(

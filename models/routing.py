@@ -52,6 +52,9 @@ class Snapshot:
     # Per shared-core class, its neighbours' queued work on those cores
     # (models/dispatch.py::colocated), refreshed with ``device_wait_ms``.
     core_busy_ms: dict[str, float] = field(default_factory=dict)
+    # Per shared-core class, its neighbours' work left once its own queue drained
+    # (models/dispatch.py::core_left), refreshed with ``device_wait_ms``.
+    core_left: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # Each class's learned handling around the execution (models/handling.py); None: none.
     handling: Handling | None = None
 
@@ -107,7 +110,8 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
             backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms, cold=cold,
             device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
             price_per_hour=view.price_per_hour, handling_ms=handling_ms,
-            core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration))
+            core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration,
+            core_left=snapshot.core_left.get(device_class, ())))
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.backlog import Backlog
-from models.dispatch import colocated, core_sharing, route_partition
+from models.dispatch import colocated, core_left, core_sharing, route_partition, shared_core_ms
 from models.registry import ClassView, live_classes
 
 
@@ -215,6 +215,44 @@ def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> N
     waits, _ = colocated(classes, core_sharing(classes),
                          {"torch-cpu-x86": 25.0, "jax-cpu-x86": None}, backlog)
     assert waits["jax-cpu-x86"] == 100.0 + 25.0
+
+
+def test_a_class_on_a_shared_core_runs_beside_what_its_neighbours_have_left() -> None:
+    box = lambda *cpus: frozenset(("box", c) for c in cpus)  # noqa: E731
+    classes = {
+        "torch-cpu-x86": ClassView("torch-cpu-x86", 1, cores=box(1)),
+        "jax-cpu-x86": ClassView("jax-cpu-x86", 1, cores=box(1, 2)),
+        "numpy-cpu-x86": ClassView("numpy-cpu-x86", 1, cores=box(1)),
+        "sim-h100": ClassView("sim-h100", 2),  # unpinned: shares nothing
+    }
+    waits = {"torch-cpu-x86": 10.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 0.0,
+             "sim-h100": 500.0}
+    backlog = {"torch-cpu-x86": 10.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 0.0,
+               "sim-h100": 1000.0}
+    counts = {"torch-cpu-x86": 2, "jax-cpu-x86": 4, "numpy-cpu-x86": 0, "sim-h100": 9}
+    left = core_left(classes, core_sharing(classes), waits, backlog, counts)
+    # Once torch's own 10 ms drained, jax has 90 of its 100 ms left (in its 4 workloads'
+    # proportion: 3.6), half of it on torch's core; numpy holds nothing.
+    assert left["torch-cpu-x86"] == ((45.0, 3.6),)
+    # NumPy's own queue is empty: torch's and jax's work is all still there.
+    assert sorted(left["numpy-cpu-x86"]) == [(10.0, 2.0), (50.0, 4.0)]
+    # jax outlasts both neighbours' queues: nothing left beside it; sim shares no core.
+    assert "jax-cpu-x86" not in left and "sim-h100" not in left
+
+
+def test_shared_core_ms_counts_the_turns_taken_and_given() -> None:
+    # A neighbour with 30 ms left in 3 workloads (alone, they finish at 10, 20 and 30 ms).
+    left = ((30.0, 3.0),)
+    # 10 ms of work beside it takes 10 ms longer; the neighbour's workloads give up 10 ms of
+    # turns each (each finishes 10 ms later).
+    assert shared_core_ms(left, 10.0) == (10.0, 30.0)
+    assert shared_core_ms(left, 5.0) == (5.0, 15.0)
+    # Longer than the neighbour's work: it takes all 30 ms of turns; its workloads finish
+    # 10, 20 and 30 ms later.
+    assert shared_core_ms(left, 100.0) == (30.0, 60.0)
+    # Two neighbours add up; nothing beside it costs nothing.
+    assert shared_core_ms(((30.0, 3.0), (4.0, 1.0)), 10.0) == (14.0, 34.0)
+    assert shared_core_ms((), 10.0) == (0.0, 0.0)
 
 
 def _reference_scan(backlog: Backlog, view: ClassView,

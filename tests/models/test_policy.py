@@ -592,3 +592,38 @@ def test_switchyard_explores_a_class_on_a_shared_core_only_while_the_core_is_idl
     assert picks(0.0, 0.0) == {"torch-cpu-x86", "numpy-cpu-x86"}
     assert picks(40.0, 40.0) == {"torch-cpu-x86"}
     assert picks(40.0, 0.0) == {"torch-cpu-x86", "numpy-cpu-x86"}  # cores not shared
+
+
+def test_switchyard_weighs_the_turns_a_shared_core_takes_from_queued_work() -> None:
+    """Torch and NumPy, both known, on one core; torch holds 9 ms in 3 workloads, NumPy
+    nothing. At the same speed, NumPy finishes a 3 ms op sooner (6 ms, taking turns with
+    torch's queue) than torch (12 ms, behind it), but delays each of torch's workloads by
+    3 ms: 15 ms of completion in all against 12, and the op stays on torch. Where NumPy is
+    3x faster, the saving outweighs the turns it takes and the op goes to NumPy. Counted by
+    its own finish alone (the earliest-finish choice), the idle neighbour won both."""
+    def model(name: str, ms: float) -> CostModel:
+        m = CostModel.for_class(name)
+        for _ in range(80):
+            m.learn_one(MATMUL, FP32, ms)
+        return m
+
+    policy = make_policy("switchyard")
+
+    def picks(numpy_ms: float, shared: bool) -> set[str]:
+        models = {"torch-cpu-x86": model("torch-cpu-x86", 3.0),
+                  "numpy-cpu-x86": model("numpy-cpu-x86", numpy_ms)}
+        offered = [Candidate("torch-cpu-x86", FP32, 1, 9.0, device_wait_ms=9.0),
+                   Candidate("numpy-cpu-x86", FP32, 1, 0.0, device_wait_ms=0.0,
+                             core_busy_ms=9.0 if shared else 0.0,
+                             core_left=((9.0, 3.0),) if shared else ())]
+        decisions = [policy.decide(workload(), offered, models, None, rng(seed))
+                     for seed in range(50)]
+        if shared:
+            chosen = [d for d in decisions if d.device_class == "numpy-cpu-x86"]
+            for d in chosen:
+                assert d.compared[0]["shared_core_ms"] > 0.0
+        return {d.device_class for d in decisions}
+
+    assert picks(3.0, shared=True) == {"torch-cpu-x86"}
+    assert picks(3.0, shared=False) == {"numpy-cpu-x86"}
+    assert picks(1.0, shared=True) == {"numpy-cpu-x86"}

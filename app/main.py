@@ -1,11 +1,18 @@
-"""The Faust application: built from the settings, with the contract's topics and tables.
+"""The Faust application: built from a settings object, with the contract's topics and tables.
 
-``python -m app worker -l info`` runs it (the Faust convention); so does ``switchyard worker``.
+Importing this module builds nothing. ``build(settings)`` makes the worker's app and topics
+(and installs the Faust patches) once per process; the stage modules (agents.*, app.tables,
+app.web, ...) bind to that app when they are first imported, so a process builds its app
+before it imports them: ``main`` does it from the environment's settings (``python -m app
+worker -l info``, the Faust convention; ``switchyard worker``), the test suite from its own
+(an in-memory store, tests/conftest.py). A stage imported before any build is a clear error,
+not an app quietly built from whatever the environment held at that moment.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +124,54 @@ class Topics:
         return topic
 
 
-faust_patches.install()
-settings = get_settings()
-app = create_app(settings)
-topics = Topics(app, settings)
+@dataclass(frozen=True)
+class Worker:
+    """One built worker: its settings, Faust app and topics."""
+
+    settings: Settings
+    app: faust.App
+    topics: Topics
+
+
+_built: list[Worker] = []
+
+
+def build(settings: Settings) -> Worker:
+    """Build the worker's app and topics from ``settings`` and make them the ones the stages
+    bind to. Once per process: a second call with the same settings returns the same worker,
+    with other settings it is an error (the stages already bound to the first)."""
+    if _built:
+        if _built[0].settings is settings or _built[0].settings == settings:
+            return _built[0]
+        raise RuntimeError("a Switchyard worker is already built in this process with other "
+                           "settings; its stages are bound to it")
+    faust_patches.install()
+    app = create_app(settings)
+    worker = Worker(settings, app, Topics(app, settings))
+    _built.append(worker)
+    return worker
+
+
+def built() -> Worker:
+    """The worker this process built; RuntimeError when none is yet."""
+    if not _built:
+        raise RuntimeError("no Switchyard worker is built in this process: call "
+                           "app.main.build(settings) before importing its stages (agents.*, "
+                           "app.tables, app.web, app.streaming, app.gaps)")
+    return _built[0]
+
+
+# What the stages import (``from app.main import app, settings, topics``): the built worker's,
+# looked up when imported (PEP 562), never built here.
+settings: Settings
+app: faust.App
+topics: Topics
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("settings", "app", "topics"):
+        return getattr(built(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 STAGES = ("agents.registry", "agents.metrics", "agents.decide",
@@ -144,6 +195,7 @@ def ensure_contract_topics() -> None:
     from app.admin import contract_topics, ensure_topics
 
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        settings = built().settings
         asyncio.run(ensure_topics(settings, contract_topics(settings)))
 
 
@@ -160,6 +212,7 @@ def discard_state_after_crash() -> Path:
     """
     import shutil
 
+    app = built().app
     marker = Path(app.conf.datadir) / ".worker-running"
     tables = Path(app.conf.tabledir)
     if marker.exists() and tables.exists():
@@ -171,10 +224,13 @@ def discard_state_after_crash() -> Path:
     return marker
 
 
-def main() -> None:
-    """Entry point of ``python -m app``: Faust's own command line."""
+def main(settings: Settings | None = None) -> None:
+    """Entry point of ``python -m app``: Faust's own command line, for the worker built from
+    ``settings`` (the environment's where None)."""
     import sys
 
+    worker = build(settings if settings is not None else get_settings())
+    app = worker.app
     load_stages()
     ensure_contract_topics()
     if not (len(sys.argv) > 1 and sys.argv[1] == "worker"):
@@ -184,7 +240,7 @@ def main() -> None:
 
     marker = discard_state_after_crash()
     limit_blas_threads()
-    tune_gc(settings.gc_gen0_threshold)
+    tune_gc(worker.settings.gc_gen0_threshold)
     try:
         app.main()
     except SystemExit as exc:

@@ -14,6 +14,22 @@ BROKER = os.environ.get("SWITCHYARD_BROKER", "127.0.0.1:9092")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Build the test process's worker before any test module imports a stage (app.main:
+    the stages bind to the worker a process builds): in-memory tables in a temporary data
+    directory, so no test in this process writes RocksDB files or reads the developer's.
+    Workers the tests start as processes build their own from the environment they are given."""
+    import tempfile
+    from pathlib import Path
+
+    from app.main import build
+    from app.settings import Settings
+
+    data_dir = Path(tempfile.mkdtemp(prefix="switchyard-tests-"))
+    config.add_cleanup(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    build(Settings(store="memory://", data_dir=data_dir))
+
+
 @pytest.fixture(scope="session")
 def broker() -> str:
     """The real Kafka broker's bootstrap address.

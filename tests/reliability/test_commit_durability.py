@@ -16,7 +16,9 @@ from typing import Any
 
 from faust.transport.producer import ProducerBuffer
 
-import app.main  # noqa: F401 - installs the worker's producer settings and fixes
+from app import faust_patches
+
+faust_patches.install()  # the worker's producer settings and fixes, as app.main.build installs them
 
 
 class _SlowProducer:

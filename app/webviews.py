@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from models.costmodel import CostModel
+from models.priors import factor_key
 from models.sketch import WindowStats
 from models.transfer import fit_transfer
 
@@ -110,9 +111,10 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
         "prior_gflops": {p: finite(rate / 1e9)
                          for p, rate in sorted(model.prior.device.peak_flops.items())},
         # How far the class's measured reference kernels bend each kind's roofline work
-        # (models/priors.py::PriorDevice.kind_factors), "<kind>/<precision>": factor.
-        "prior_kind_factors": {f"{kind}/{precision}": finite(factor)
-                               for kind, precision, factor in model.prior.kind_factors},
+        # (models/priors.py::PriorDevice.kind_factors), "<point>/<precision>": factor, a point
+        # being a kind or "<kind>.large" (its out-of-cache reference op).
+        "prior_kind_factors": {factor_key(kind, precision, nbytes): finite(factor)
+                               for kind, precision, factor, nbytes in model.prior.kind_factors},
         # Its per-call overhead: measured by its executors (models/priors.py::DISPATCH_OP)
         # where they reported it, else the runtime's guess.
         "prior_overhead_us": finite(model.prior.device.launch_overhead_s * 1e6),

@@ -31,8 +31,9 @@ from models.opspecs import (
     SoftmaxSpec,
 )
 
-__all__ = ["DISPATCH", "DISPATCH_OP", "REFERENCE_OPS", "PriorDevice", "is_rate", "kernel_key",
-           "local_cpu_cache_bytes", "parse_device_class", "prior_for_class"]
+__all__ = ["DISPATCH", "DISPATCH_OP", "LARGE", "OUT_OF_CACHE_OPS", "REFERENCE_OPS",
+           "REFERENCE_POINTS", "PriorDevice", "is_rate", "kernel_key",
+           "factor_key", "local_cpu_cache_bytes", "parse_device_class", "prior_for_class"]
 
 PriorScale = Literal["sim", "live"]
 
@@ -85,13 +86,26 @@ REFERENCE_OPS: dict[str, OpSpec] = {
     "softmax": SoftmaxSpec(rows=2048, dim=2048),
     "mlp": MlpSpec(batch=128, dims=(512, 1024, 512), activation="relu"),
 }
+# The memory-bound kinds again out of the cache: 4096^2 fp32 (64 MB in, as much out: 4x a
+# 32 MB L3), timed in fp32 only. At the L3's edge the reference ops above left the live mix's
+# 4096x2048 layernorm and softmax 3-5x slower than the prior in torch and JAX (stop 39, bench
+# priors): a kind measured at two sizes bends its roofline by a factor interpolated between
+# them in ln(bytes moved) (`PriorDevice.kind_factor`). Under the point name ``<kind>.large``.
+LARGE = ".large"
+OUT_OF_CACHE_OPS: dict[str, OpSpec] = {
+    "layernorm": LayernormSpec(rows=4096, dim=4096),
+    "softmax": SoftmaxSpec(rows=4096, dim=4096),
+}
+# Every measured reference point: its name (a kind, or ``<kind>.large``) -> its op.
+REFERENCE_POINTS: dict[str, OpSpec] = {
+    **REFERENCE_OPS, **{kind + LARGE: op for kind, op in OUT_OF_CACHE_OPS.items()}}
 # And one op too small to do any work, whose time is the runtime's per-call cost (its
 # dispatch): an 8^3 eager matmul took 3.9 µs in torch, 3.2 in NumPy and 85 in JAX on one AMD
 # EPYC, where the prior had guessed 10, 3 and 30 (`RUNTIME_OVERHEAD_S`). Under the pseudo-kind
 # `DISPATCH`.
 DISPATCH = "dispatch"
 DISPATCH_OP: OpSpec = MatmulSpec(m=8, k=8, n=8)
-_REFERENCE_KIND = {**{op.signature(): kind for kind, op in REFERENCE_OPS.items()},
+_REFERENCE_KIND = {**{op.signature(): point for point, op in REFERENCE_POINTS.items()},
                    DISPATCH_OP.signature(): DISPATCH}
 # The range a measured per-call cost may set (a longer one is a stall, not dispatch).
 DISPATCH_RANGE_S = (1e-6, 1e-2)
@@ -151,30 +165,41 @@ class PriorDevice:
     busy_power_w: float
     fallback_precision: str = "fp32"
     cache_bytes: tuple[float, float, float] = DEFAULT_CPU_CACHE_BYTES
-    # (kind, precision, factor): the roofline work of a kind measured on the class's executors
-    # (its reference op, models/priors.py::REFERENCE_OPS) is multiplied by its factor; a
-    # precision not measured for the kind takes the kind's fp32 factor, an unmeasured kind 1.
-    kind_factors: tuple[tuple[str, str, float], ...] = ()
+    # (kind, precision, factor, bytes moved): the roofline work of a kind measured on the
+    # class's executors (its reference points, models/priors.py::REFERENCE_POINTS) is
+    # multiplied by its factor (`kind_factor`); an unmeasured kind by 1. Bytes 0: a factor
+    # stored before kinds were measured at two sizes, for every size.
+    kind_factors: tuple[tuple[str, str, float, float], ...] = ()
 
-    def kind_factor(self, kind: str, precision: str) -> float:
-        """The factor on ``kind``'s roofline work in ``precision`` (1.0 where unmeasured)."""
-        fallback = 1.0
-        for k, p, factor in self.kind_factors:
-            if k == kind:
-                if p == precision:
-                    return factor
-                if p == "fp32":
-                    fallback = factor
-        return fallback
+    def kind_factor(self, kind: str, precision: str, nbytes: float = 0.0) -> float:
+        """The factor on ``kind``'s roofline work in ``precision`` for an op moving ``nbytes``
+        (1.0 where the kind is unmeasured).
+
+        Measured at one size, that factor; at two, interpolated between them in ln(bytes) and
+        held beyond them (a memory-bound kind slows once its data leave the cache). A
+        precision measured at fewer sizes than fp32 follows fp32's curve from its own point;
+        an unmeasured precision takes fp32's."""
+        own = self._points(kind, precision)
+        fp32 = own if precision == "fp32" else self._points(kind, "fp32")
+        if not own:
+            return _interpolate(fp32, nbytes) if fp32 else 1.0
+        if len(own) >= len(fp32) or len(own) > 1:
+            return _interpolate(own, nbytes)
+        at_bytes, factor = own[0]
+        return factor * _interpolate(fp32, nbytes) / _interpolate(fp32, at_bytes)
+
+    def _points(self, kind: str, precision: str) -> list[tuple[float, float]]:
+        return sorted((b, f) for k, p, f, b in self.kind_factors if k == kind and p == precision)
 
     def _work_s(self, op: OpSpec, variant: Variant) -> float:
         dev = self.device
         peak = dev.peak_flops.get(variant.precision)
         if peak is None:
             peak = dev.peak_flops.get(self.fallback_precision, min(dev.peak_flops.values()))
-        work = max(op.flops() / peak, op.bytes_moved(variant.precision) / dev.mem_bw_bytes_s)
+        nbytes = op.bytes_moved(variant.precision)
+        work = max(op.flops() / peak, nbytes / dev.mem_bw_bytes_s)
         if self.kind_factors:
-            work *= self.kind_factor(op.kind, variant.precision)
+            work *= self.kind_factor(op.kind, variant.precision, nbytes)
         return work
 
     def roofline_log_ms(self, op: OpSpec, variant: Variant) -> float:
@@ -233,8 +258,24 @@ class PriorDevice:
             float(data["busy_power_w"]),
             str(data["fallback_precision"]),
             (l1, l2, l3),
-            tuple((str(k), str(p), float(f)) for k, p, f in data.get("kind_factors") or ()),
+            tuple((str(entry[0]), str(entry[1]), float(entry[2]),
+                   float(entry[3]) if len(entry) > 3 else 0.0)
+                  for entry in data.get("kind_factors") or ()),
         )
+
+
+def _interpolate(points: list[tuple[float, float]], nbytes: float) -> float:
+    """The factor at ``nbytes`` from (bytes, factor) points sorted by bytes: linear in
+    (ln bytes, ln factor) between them, the nearest one's beyond."""
+    if len(points) == 1 or nbytes <= points[0][0]:
+        return points[0][1]
+    if nbytes >= points[-1][0]:
+        return points[-1][1]
+    for (b0, f0), (b1, f1) in zip(points, points[1:], strict=False):
+        if nbytes <= b1:
+            t = math.log(nbytes / b0) / math.log(b1 / b0)
+            return math.exp(math.log(f0) + t * (math.log(f1) - math.log(f0)))
+    return points[-1][1]
 
 
 def is_rate(value: object) -> bool:
@@ -243,16 +284,26 @@ def is_rate(value: object) -> bool:
             and math.isfinite(value) and value > 0)
 
 
-def kernel_key(kind: str, precision: str) -> str:
-    """The key of a measured reference kernel in a class's calibration: ``"<kind>/<precision>"``
-    (its value: the median ms of ``REFERENCE_OPS[kind]``), beside the bare precisions that hold
-    the matmul rates (GFLOP/s). The one place this key is built or read."""
-    return f"{kind}/{precision}"
+def kernel_key(point: str, precision: str) -> str:
+    """The key of a measured reference kernel in a class's calibration: ``"<point>/<precision>"``
+    (its value: the median ms of ``REFERENCE_POINTS[point]``; a point is a kind, or
+    ``<kind>.large``), beside the bare precisions that hold the matmul rates (GFLOP/s). The one
+    place this key is built or read."""
+    return f"{point}/{precision}"
+
+
+def factor_key(kind: str, precision: str, nbytes: float) -> str:
+    """The `kernel_key` of the reference point a `PriorDevice.kind_factors` entry came from
+    (its kind, and the bytes its op moves)."""
+    large = OUT_OF_CACHE_OPS.get(kind)
+    point = kind + LARGE if large is not None and nbytes == large.bytes_moved(precision) else kind
+    return kernel_key(point, precision)
 
 
 def reference_kind(signature: str) -> str | None:
-    """The kind of a reference op's signature (a heartbeat's ``kernel_ms`` key); None for an
-    op that is not one of today's `REFERENCE_OPS` (an executor of another version)."""
+    """The reference point of an op's signature (a heartbeat's ``kernel_ms`` key: a kind,
+    ``<kind>.large`` or `DISPATCH`); None for an op that is not one of today's
+    `REFERENCE_POINTS` (an executor of another version)."""
     return _REFERENCE_KIND.get(signature)
 
 
@@ -267,7 +318,7 @@ def _split_calibration(calibration: Mapping[str, float]
         if not is_rate(value):
             continue
         kind, slash, precision = str(key).partition("/")
-        if slash and kind in REFERENCE_OPS:
+        if slash and kind in REFERENCE_POINTS:
             kernels[(kind, precision)] = float(value)
         elif slash and kind == DISPATCH and precision == "fp32":
             dispatch_ms = float(value)
@@ -277,19 +328,23 @@ def _split_calibration(calibration: Mapping[str, float]
 
 
 def _kind_factors(device: DeviceSpec, cache_bytes: tuple[float, float, float],
-                  kernels: Mapping[tuple[str, str], float]) -> tuple[tuple[str, str, float], ...]:
-    """Per (kind, precision): measured work ÷ roofline work of that kind's reference op."""
+                  kernels: Mapping[tuple[str, str], float],
+                  ) -> tuple[tuple[str, str, float, float], ...]:
+    """Per (reference point, precision): (its kind, the precision, measured work ÷ roofline
+    work of the point's op, the bytes that op moves)."""
     plain = PriorDevice(device, "live", 0.0, cache_bytes=cache_bytes)
     low, high = KIND_FACTOR_RANGE
     factors = []
-    for (kind, precision), ms in sorted(kernels.items()):
+    for (point, precision), ms in sorted(kernels.items()):
         if precision not in PRECISIONS:
             continue
-        work_s = plain._work_s(REFERENCE_OPS[kind], Variant(precision, "eager"))
+        op = REFERENCE_POINTS[point]
+        work_s = plain._work_s(op, Variant(precision, "eager"))
         # The call overhead is the roofline's own term: what is left of the measurement is work.
         measured_s = max(ms / 1e3 - device.launch_overhead_s, ms / 1e3 / 2)
         if work_s > 0:
-            factors.append((kind, precision, min(max(measured_s / work_s, low), high)))
+            factors.append((op.kind, precision, min(max(measured_s / work_s, low), high),
+                            float(op.bytes_moved(precision))))
     return tuple(factors)
 
 

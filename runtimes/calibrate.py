@@ -16,7 +16,8 @@ measured from that run alone.
 The roofline misses the other kinds far more than a rate can fix (a layernorm's or softmax's
 passes over memory, attention's intermediates, a runtime's per-kind kernels): so the executor
 also times one reference op of each other kind (models/priors.py::REFERENCE_OPS, 1-10 ms in
-fp32 on one core) in each eager precision it offers, within a budget (``calibrate_kernels``;
+fp32 on one core) in each eager precision it offers, and the memory-bound kinds again out of
+the cache in fp32 (``OUT_OF_CACHE_OPS``), within a budget (``calibrate_kernels``;
 heartbeats' ``kernel_ms``), and the class's prior bends each kind's roofline by how far its
 reference op missed it. Simulated runtimes and accelerators are not calibrated (their
 catalog entries are their priors; a 256^3 matmul on a GPU measures its launch, not its rate).
@@ -29,7 +30,7 @@ import time
 
 from models.ops import Variant, make_inputs
 from models.opspecs import MatmulSpec, OpSpec
-from models.priors import DISPATCH_OP, REFERENCE_OPS
+from models.priors import DISPATCH_OP, LARGE, OUT_OF_CACHE_OPS, REFERENCE_POINTS
 from runtimes.base import Runtime, VariantRefused
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,23 @@ def calibrate(runtime: Runtime, size: int = SIZE, runs: int = RUNS,
     return rates or None
 
 
+def _points(offered: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (reference point, precision) pairs to time for the eager (kind, precision) pairs a
+    runtime offers: each kind's reference op in every precision, its out-of-cache one in fp32."""
+    points = [(kind, precision) for kind, precision in offered if kind in REFERENCE_POINTS]
+    points += [(kind + LARGE, "fp32") for kind, precision in offered
+               if precision == "fp32" and kind in OUT_OF_CACHE_OPS]
+    return points
+
+
+def _order(option: tuple[str, str]) -> tuple[bool, str, int, str]:
+    """fp32 first; within a precision the kinds the roofline misses most (`MISSED_MOST`),
+    then their out-of-cache points, then the rest."""
+    point, precision = option
+    rank = 1 if point.endswith(LARGE) else 0 if point in MISSED_MOST else 2
+    return (precision != "fp32", precision, rank, point)
+
+
 def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s: float) -> float:
     """The best of up to ``runs`` timed runs after a warm-up, fewer past ``budget_s`` (the
     warm-up alone where even it exceeds the budget: a first eager call may set up the op)."""
@@ -108,17 +126,16 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
                       runs: int = KERNEL_RUNS) -> dict[str, dict[str, float]] | None:
     """ms of each reference op (models/priors.py::REFERENCE_OPS) per eager precision
     ``runtime`` offers for its kind, keyed by the op's signature: after the per-call cost
-    (models/priors.py::DISPATCH_OP, fp32, best of `DISPATCH_RUNS`), fp32 of every kind, then
-    the other precisions (`MISSED_MOST` first within each), until ``budget_s`` is spent (at
+    (models/priors.py::DISPATCH_OP, fp32, best of `DISPATCH_RUNS`), fp32 of every kind
+    (`MISSED_MOST` first, then the out-of-cache ops, then the rest), then the other precisions
+    (`MISSED_MOST` first within each), until ``budget_s`` is spent (at
     least one is measured; what is left keeps its roofline). None for a runtime that is not
     calibrated."""
     if not calibrates(runtime):
         return None
     offered = {(kind, precision) for kind, precision, mode in runtime.capabilities()
                if mode == "eager"}
-    options = sorted(((kind, precision) for kind, precision in offered if kind in REFERENCE_OPS),
-                     key=lambda option: (option[1] != "fp32", option[1],
-                                         option[0] not in MISSED_MOST, option[0]))
+    options = sorted(_points(offered), key=_order)
     measured: dict[str, dict[str, float]] = {}
     began = time.perf_counter()
     if ("matmul", "fp32") in offered:  # the per-call cost first: microseconds
@@ -134,7 +151,7 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
             logger.info("calibrating %s: budget of %.1f s spent, %d of %d kernels measured",
                         runtime.device_class, budget_s, done, len(options))
             break
-        op = REFERENCE_OPS[kind]
+        op = REFERENCE_POINTS[kind]
         try:
             ms = _best_ms(runtime, op, Variant(precision, "eager"), runs, option_budget_s)
         except VariantRefused:

@@ -232,11 +232,11 @@ def test_the_executor_reports_its_calibration_and_the_prior_runs_at_it(
                  if m["device_class"] == CLASS)
     assert model["prior_device"].endswith("~calibrated")
     assert model["prior_gflops"]["fp32"] == pytest.approx(calibration["fp32"])
-    from models.priors import DISPATCH, DISPATCH_OP, REFERENCE_OPS, reference_kind
+    from models.priors import DISPATCH, DISPATCH_OP, REFERENCE_POINTS, reference_kind
 
     kernels = beats[0]["kernel_ms"]
     kinds = {reference_kind(signature) for signature in kernels} - {DISPATCH}
-    assert kinds and kinds <= set(REFERENCE_OPS)
+    assert kinds and kinds <= set(REFERENCE_POINTS)
     assert set(model["prior_kind_factors"]) == {f"{kind}/fp32" for kind in kinds}
     assert all(factor > 0 for factor in model["prior_kind_factors"].values())
     dispatch_ms = kernels[DISPATCH_OP.signature()]["fp32"]

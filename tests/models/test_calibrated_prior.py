@@ -105,6 +105,45 @@ def test_a_measured_reference_kernel_bends_its_kinds_roofline() -> None:
     assert bent.work_log_ms(LAYERNORM, FP32) == plain.work_log_ms(LAYERNORM, FP32)
 
 
+def test_a_kind_measured_in_and_out_of_the_cache_bends_by_size() -> None:
+    """softmax measured at its reference op (at the L3's edge) and again at 4096^2 (out of the
+    cache), 3x further off the roofline there: each is predicted at its measured time, a size
+    between them by a factor between (linear in ln bytes), a larger one by the large factor;
+    bf16, measured only in the cache, follows fp32's curve from its own point, and an old
+    stored prior (factors without sizes) still reads."""
+    from models.priors import OUT_OF_CACHE_OPS, REFERENCE_OPS, PriorDevice, kernel_key
+
+    small, large = REFERENCE_OPS["softmax"], OUT_OF_CACHE_OPS["softmax"]
+    one = prior_for_class("torch-cpu-x86", {"fp32": 50.0, kernel_key("softmax", "fp32"): 10.0})
+    small_factor = one.kind_factor("softmax", "fp32")
+    roofline_large_ms = math.exp(one.roofline_log_ms(large, FP32)) / small_factor
+    large_ms = 3.0 * small_factor * roofline_large_ms
+    two = prior_for_class("torch-cpu-x86", {
+        "fp32": 50.0, kernel_key("softmax", "fp32"): 10.0,
+        kernel_key("softmax.large", "fp32"): large_ms, kernel_key("softmax", "bf16"): 20.0})
+    assert math.exp(two.roofline_log_ms(small, FP32)) == pytest.approx(10.0, rel=1e-6)
+    assert math.exp(two.roofline_log_ms(large, FP32)) == pytest.approx(large_ms, rel=0.01)
+    between = parse_op({"kind": "softmax", "rows": 4096, "dim": 2048})
+    factor = two.kind_factor("softmax", "fp32", between.bytes_moved("fp32"))
+    assert 1.05 * small_factor < factor < 0.95 * 3.0 * small_factor
+    # (the measured time less the per-call overhead is the work: within 1 % of 3x)
+    assert two.kind_factor("softmax", "fp32", 1e12) == pytest.approx(3.0 * small_factor, rel=0.01)
+    assert two.kind_factor("softmax", "fp32", 1.0) == pytest.approx(small_factor)
+    # One size measured: that factor at every size.
+    assert one.kind_factor("softmax", "fp32", 1e12) == small_factor
+    # bf16 in the cache at its own factor, out of it 3x that, as fp32 slows there.
+    bf16_small = two.kind_factor("softmax", "bf16", small.bytes_moved("bf16"))
+    assert math.exp(two.roofline_log_ms(small, BF16)) == pytest.approx(20.0, rel=1e-6)
+    assert two.kind_factor("softmax", "bf16", 1e12) == pytest.approx(
+        bf16_small * 3.0 * small_factor / two.kind_factor("softmax", "fp32",
+                                                          small.bytes_moved("bf16")), rel=0.01)
+    stored = two.to_dict()
+    assert PriorDevice.from_dict(stored) == two
+    stored["kind_factors"] = [entry[:3] for entry in stored["kind_factors"]][:1]
+    assert PriorDevice.from_dict(stored).kind_factor("softmax", "bf16", 1e12) == pytest.approx(
+        stored["kind_factors"][0][2])
+
+
 def test_kernels_rank_the_runtimes_a_rate_cannot() -> None:
     """Two classes with the same matmul rate: the one whose softmax measured 4x slower is
     predicted 4x slower on a softmax of another shape, and the same on a matmul."""

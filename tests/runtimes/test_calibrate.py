@@ -43,13 +43,16 @@ def test_simulated_runtimes_are_not_calibrated() -> None:
 
 
 def test_every_reference_kernel_of_numpy_is_timed_in_fp32() -> None:
-    """NumPy offers every kind in fp32 eager: each reference op has a positive time, keyed by
-    its signature (what the worker matches against models/priors.py::REFERENCE_OPS)."""
-    from models.priors import DISPATCH, REFERENCE_OPS, reference_kind
+    """NumPy offers every kind in fp32 eager: each reference op, the memory-bound kinds' out
+    of the cache too, has a positive time, keyed by its signature (what the worker matches
+    against models/priors.py::REFERENCE_POINTS)."""
+    from models.priors import DISPATCH, REFERENCE_POINTS, reference_kind
 
     measured = calibrate_kernels(get_runtime("numpy", "cpu"), runs=1)
     assert measured is not None
-    assert {reference_kind(signature) for signature in measured} == {*REFERENCE_OPS, DISPATCH}
+    assert {reference_kind(signature) for signature in measured} == {*REFERENCE_POINTS,
+                                                                     DISPATCH}
+    assert {"layernorm.large", "softmax.large"} <= set(REFERENCE_POINTS)
     assert all(by["fp32"] > 0 for by in measured.values())
 
 
@@ -62,24 +65,30 @@ def test_the_kernel_budget_bounds_the_calibration() -> None:
 
 
 def test_past_fp32_the_kinds_the_roofline_misses_most_come_first() -> None:
-    """torch offers bf16 for every kind: with a budget for only a few past fp32, the bf16
-    kernels measured are the memory-bound kinds'."""
+    """torch offers bf16 for every kind. In fp32 the kinds the roofline misses most go first,
+    then the memory-bound kinds out of the cache (fp32 only), then the rest; past fp32, with a
+    budget for only a few, the bf16 kernels measured are the memory-bound kinds'."""
+    from models.priors import DISPATCH, OUT_OF_CACHE_OPS, reference_kind
     from runtimes.calibrate import MISSED_MOST
 
     runtime = get_runtime("torch", "cpu")
-    order: list[tuple[str, str]] = []
+    order: list[tuple[str | None, str]] = []
     original = runtime.execute
 
     def recording(op, variant, inputs):
-        if not order or order[-1] != (op.kind, variant.precision):
-            order.append((op.kind, variant.precision))
+        point = (reference_kind(op.signature()), variant.precision)
+        if not order or order[-1] != point:
+            order.append(point)
         return original(op, variant, inputs)
 
     runtime.execute = recording
     calibrate_kernels(runtime, runs=1, option_budget_s=0.0)
-    assert order[0] == ("matmul", "fp32")  # the per-call cost, before the kinds
+    assert order[0] == (DISPATCH, "fp32")  # the per-call cost, before the kinds
     order = order[1:]
-    fp32 = [kind for kind, precision in order if precision == "fp32"]
-    assert len(fp32) == 7 and order[:7] == [(kind, "fp32") for kind in fp32]
-    after = [kind for kind, precision in order[7:] if precision == order[7][1]]
+    fp32 = [point for point, precision in order if precision == "fp32"]
+    assert len(fp32) == 9 and order[:9] == [(point, "fp32") for point in fp32]
+    assert set(fp32[:3]) == MISSED_MOST
+    assert fp32[3:5] == [kind + ".large" for kind in sorted(OUT_OF_CACHE_OPS)]
+    after = [point for point, precision in order[9:] if precision == order[9][1]]
     assert set(after[:len(MISSED_MOST)]) == MISSED_MOST
+    assert not any(str(point).endswith(".large") for point, _ in order[9:])

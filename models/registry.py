@@ -154,7 +154,14 @@ def class_calibration(members: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, 
 
 
 def _member_cores(device: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """A device record's (host, core) pairs; none where it is unpinned or names no host."""
+    """A device record's (host, core) pairs; none where it is unpinned, names no host, or does
+    not execute on the host's CPU: a simulated device sleeps its executions out and an
+    accelerator runs them on itself, so executors of either pinned to one core do not take
+    turns on it for their work (counted as sharing it, the simulated H100 of
+    tests/integration/test_pipeline.py looked as costly to the torch and NumPy executors'
+    queued work on its core as a real one, and its work went to the simulated CPU core)."""
+    if device.get("simulated") or device.get("device", "cpu") != "cpu":
+        return []
     host, cpus = device.get("host"), device.get("cpus")
     if not isinstance(host, str) or not host or not isinstance(cpus, list):
         return []

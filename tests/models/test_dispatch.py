@@ -175,7 +175,12 @@ def test_live_classes_carry_the_host_cores_of_their_pinned_devices() -> None:
         device("n", "numpy-cpu-x86", cpus=[1]),  # an older executor: no host, so unknown
         device("u", "numpy-cpu-x86", host="box", cpus=None),  # unpinned
         device("x", "jax-cpu-x86", host="other", cpus=[True, "2", 3]),  # only ints count
+        # Pinned, but their executions do not run on the host's CPU: no cores to share.
+        device("s", "sim-cpu-core", host="box", cpus=[1], device="cpu-core", simulated=True),
+        device("g", "torch-cuda-h100", host="box", cpus=[1], device="cuda"),
     ], now, 5.0)
+    assert views["sim-cpu-core"].cores == frozenset()
+    assert views["torch-cuda-h100"].cores == frozenset()
     assert views["torch-cpu-x86"].cores == {("box", 1)}
     assert views["jax-cpu-x86"].cores == {("box", 1), ("box", 2), ("other", 3)}
     assert views["numpy-cpu-x86"].cores == frozenset()

@@ -141,7 +141,7 @@ def build(settings: Settings) -> Worker:
     bind to. Once per process: a second call with the same settings returns the same worker,
     with other settings it is an error (the stages already bound to the first)."""
     if _built:
-        if _built[0].settings is settings or _built[0].settings == settings:
+        if _built[0].settings == settings:
             return _built[0]
         raise RuntimeError("a Switchyard worker is already built in this process with other "
                            "settings; its stages are bound to it")

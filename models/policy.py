@@ -173,8 +173,11 @@ class SwitchyardPolicy:
         # for their turns, and how much later their queued workloads finish for its own
         # (models/dispatch.py::shared_core_ms). The first is part of its completion; the
         # second is what choosing it costs the others, added to its score only.
-        shared = [shared_core_ms(c.core_left, besides[i] + mean_ms[i]) if c.core_left
-                  else (0.0, 0.0) for i, c in enumerate(usable)]
+        def beside(i: int, exec_ms: float) -> tuple[float, float]:
+            left = usable[i].core_left
+            return shared_core_ms(left, besides[i] + exec_ms) if left else (0.0, 0.0)
+
+        shared = [beside(i, mean_ms[i]) for i in range(n)]
         completion = [wait[i] + besides[i] + mean_ms[i] + shared[i][0] for i in range(n)]
         delays = [shared[i][1] for i in range(n)]
         # What holding the device costs: its price over setup, transfer, handling, execution.
@@ -205,11 +208,8 @@ class SwitchyardPolicy:
         greedy_scores = weighted_scores_plain(
             at(charged), None if mean_energy is None else at(mean_energy), objective,
             at(cost) if wants_cost else None)
-        draw_completion = [
-            wait[i] + besides[i] + draw_ms[i] + (
-                sum(shared_core_ms(usable[i].core_left, besides[i] + draw_ms[i]))
-                if usable[i].core_left else 0.0)
-            for i in range(n)]
+        draw_completion = [wait[i] + besides[i] + draw_ms[i] + sum(beside(i, draw_ms[i]))
+                           for i in range(n)]
         draw_scores = weighted_scores_plain(
             at(draw_completion), None if draw_energy is None else at(draw_energy), objective,
             at(draw_cost) if wants_cost else None)

@@ -183,7 +183,7 @@ class PriorDevice:
         fp32 = own if precision == "fp32" else self._points(kind, "fp32")
         if not own:
             return _interpolate(fp32, nbytes) if fp32 else 1.0
-        if len(own) >= len(fp32) or len(own) > 1:
+        if len(own) > 1 or len(fp32) < 2:
             return _interpolate(own, nbytes)
         at_bytes, factor = own[0]
         return factor * _interpolate(fp32, nbytes) / _interpolate(fp32, at_bytes)

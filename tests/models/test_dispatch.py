@@ -186,14 +186,22 @@ def test_live_classes_carry_the_host_cores_of_their_pinned_devices() -> None:
     assert views["numpy-cpu-x86"].cores == frozenset()
 
 
-def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> None:
-    box = lambda *cpus: frozenset(("box", c) for c in cpus)  # noqa: E731
-    classes = {
+def shared_core_classes(numpy_core: int) -> dict[str, ClassView]:
+    """torch on core 1 of host "box", JAX on cores 1 and 2, NumPy on ``numpy_core``, and an
+    unpinned simulated class that shares nothing."""
+    def box(*cpus: int) -> frozenset[tuple[str, int]]:
+        return frozenset(("box", c) for c in cpus)
+
+    return {
         "torch-cpu-x86": ClassView("torch-cpu-x86", 1, cores=box(1)),
         "jax-cpu-x86": ClassView("jax-cpu-x86", 1, cores=box(1, 2)),
-        "numpy-cpu-x86": ClassView("numpy-cpu-x86", 1, cores=box(3)),
-        "sim-h100": ClassView("sim-h100", 2),  # unpinned: nothing shared
+        "numpy-cpu-x86": ClassView("numpy-cpu-x86", 1, cores=box(numpy_core)),
+        "sim-h100": ClassView("sim-h100", 2),
     }
+
+
+def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> None:
+    classes = shared_core_classes(numpy_core=3)
     backlog = {"torch-cpu-x86": 40.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 7.0,
                "sim-h100": 500.0}
     waits, _ = colocated(classes, core_sharing(classes),
@@ -223,13 +231,7 @@ def test_classes_on_a_shared_core_take_turns_while_their_own_queue_drains() -> N
 
 
 def test_a_class_on_a_shared_core_runs_beside_what_its_neighbours_have_left() -> None:
-    box = lambda *cpus: frozenset(("box", c) for c in cpus)  # noqa: E731
-    classes = {
-        "torch-cpu-x86": ClassView("torch-cpu-x86", 1, cores=box(1)),
-        "jax-cpu-x86": ClassView("jax-cpu-x86", 1, cores=box(1, 2)),
-        "numpy-cpu-x86": ClassView("numpy-cpu-x86", 1, cores=box(1)),
-        "sim-h100": ClassView("sim-h100", 2),  # unpinned: shares nothing
-    }
+    classes = shared_core_classes(numpy_core=1)
     waits = {"torch-cpu-x86": 10.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 0.0,
              "sim-h100": 500.0}
     backlog = {"torch-cpu-x86": 10.0, "jax-cpu-x86": 100.0, "numpy-cpu-x86": 0.0,

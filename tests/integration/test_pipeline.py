@@ -183,7 +183,27 @@ def test_after_warm_up_decisions_pick_the_truly_faster_class(cluster):
     summary = run_trace(cluster, trace, rate=20)
     late = [summary.results[w["id"]]["device_class"] for w in trace[30:]]
     share = Counter(late)["sim-h100"] / len(late)
-    assert share >= 0.8, Counter(late)
+    assert share >= 0.8, f"{Counter(late)}\n" + why_routed(
+        cluster, {w["id"]: summary.results[w["id"]]["device_class"] for w in trace[30:33]})
+
+
+def why_routed(cluster: LocalCluster, classes: dict[str, str]) -> str:
+    """What the router compared for some workloads (id: the class it routed it to, read back
+    from that class's routes topic) and what it had learned of the classes: the evidence a
+    failed placement assertion prints."""
+    routes = []
+    for device_class in set(classes.values()):
+        wanted = {i for i, c in classes.items() if c == device_class}
+        routes += [m for m in asyncio.run(consume_until(
+            cluster.broker, f"{cluster.namespace}switchyard.routes.{device_class}",
+            lambda m, wanted=wanted: wanted <= {x["key"] for x in m}, timeout_s=15))
+            if m["key"] in wanted]
+    models = {m["device_class"]: {k: m.get(k) for k in ("samples", "error", "ratio")}
+              for m in cluster.api("/api/models")["models"]}
+    return json.dumps({"routes": [{k: m["value"].get(k)
+                                   for k in ("reason", "device_class", "compared")}
+                                  for m in routes],
+                       "models": models}, indent=1)
 
 
 def test_malformed_messages_are_dead_lettered_and_later_work_completes(cluster):

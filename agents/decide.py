@@ -35,7 +35,14 @@ from app.streaming import dead_letter, event_context, now_ms
 from app.tables import completed, history, input_offsets, models
 from models.backlog import InflightEntry
 from models.costmodel import CostModel
-from models.dispatch import colocated, core_left, core_sharing, device_wait_ms, route_partition
+from models.dispatch import (
+    colocated,
+    core_left,
+    core_sharing,
+    device_wait_ms,
+    queue_sharing,
+    route_partition,
+)
 from models.history import HistoryModel
 from models.inflight import batch_key, reroute_key
 from models.ops import SpecError
@@ -92,7 +99,7 @@ VIEW_REFRESH_S = 0.1
 # lag is harmless; a class that just appeared is read at once.
 MODEL_REFRESH_S = 0.5
 _views: dict[str, Any] = {"read_at": -1.0, "models_at": -1.0, "classes": {}, "learned": {},
-                          "setup": {}, "transfer": {}, "sharing": {}}
+                          "setup": {}, "transfer": {}, "sharing": {}, "queued_with": {}}
 # Which (shape, variant) this decider has sent to each class: those are probably warm there.
 warm_routes = WarmRoutes()
 
@@ -159,6 +166,7 @@ def snapshot_now() -> Snapshot:
     return Snapshot(classes=classes, backlog_ms={c: class_backlog_ms(c) for c in classes},
                     learned=dict(_views["learned"]), setup=_views["setup"],
                     transfer=_views["transfer"], sharing=_views["sharing"],
+                    queued_with=_views["queued_with"],
                     handling=state.handling)
 
 
@@ -170,7 +178,8 @@ def refresh_views(force: bool = False) -> dict[str, Any]:
     now = time.monotonic()
     if force or now - _views["read_at"] > VIEW_REFRESH_S:
         classes = live_classes(devices_values(), now_ms(), settings.device_timeout_s)
-        _views.update(read_at=now, classes=classes, sharing=core_sharing(classes))
+        _views.update(read_at=now, classes=classes, sharing=core_sharing(classes),
+                      queued_with=queue_sharing(classes))
         if (force or now - _views["models_at"] > MODEL_REFRESH_S
                 or not set(classes) <= set(_views["setup"])):
             stored = {c: models.get(c) for c in classes}
@@ -198,11 +207,11 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
     # The wait at each class's least-loaded device, from the backlog as charged so far (each
     # route of this batch included): where the route would go (models/dispatch.py).
     now = now_ms()
-    # Classes pinned to shared cores wait for each other's work too.
+    # Classes pinned to shared cores or sharing a queue wait for each other's work too.
     waits = {c: device_wait_ms(state.backlog, view, settings.dispatch_overhead_ms, now)
              for c, view in snapshot.classes.items()}
     snapshot.device_wait_ms, snapshot.core_busy_ms = colocated(
-        snapshot.classes, snapshot.sharing, waits, snapshot.backlog_ms)
+        snapshot.classes, snapshot.sharing, waits, snapshot.backlog_ms, snapshot.queued_with)
     if snapshot.sharing:
         snapshot.core_left = core_left(
             snapshot.classes, snapshot.sharing, waits, snapshot.backlog_ms,

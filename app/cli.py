@@ -16,6 +16,17 @@ from bench import BENCHMARK_NAMES
 RUNTIMES = ("torch", "jax", "numpy", "sim")
 
 
+def runtime_list(text: str) -> str:
+    """``--runtime`` of the executor: one runtime, or several comma-separated (each once)."""
+    names = text.split(",")
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: one of {', '.join(RUNTIMES)}, or several of them comma-separated, "
+            "each once")
+    return text
+
+
 def _kafka(ns: argparse.Namespace) -> int:
     data_dir = Path(ns.data_dir)
     if ns.action == "start":
@@ -119,9 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     executor = sub.add_parser("executor", help="an executor process holding one runtime on one device",
                               description="Consume the device class's routes, run each op, and "
                                           "publish metrics, outcomes and heartbeats.")
-    executor.add_argument("--runtime", required=True, choices=RUNTIMES,
+    executor.add_argument("--runtime", required=True, type=runtime_list,
                           help="torch (CPU, CUDA), jax (whatever jax.devices() offers), numpy "
-                               "(CPU reference), or sim (a simulated device from the catalog)")
+                               "(CPU reference), or sim (a simulated device from the catalog); "
+                               "several comma-separated (torch,jax,numpy): one executor each "
+                               "in this process, on one device, running their work one at a "
+                               "time in arrival order (one queue, which the router counts as "
+                               "one)")
     executor.add_argument("--device", default="cpu", help="cpu, cuda:N, tpu:N, or a sim model "
                           "(h100, h200, a100, l4, tpu-v5e, jetson-orin, jetson-nano, cpu-core) for "
                           "--runtime sim")

@@ -1,4 +1,5 @@
-"""The executor process: one runtime on one device, fed by its class's route topic.
+"""The executor process: one runtime on one device, fed by its class's route topic (or several
+runtimes on one device, an ``Executor`` each sharing one compute thread: app/executor_main.py).
 
 Plain aiokafka rather than Faust: the executor has no tables, and it must commit an offset
 only after the workload's outcome and metric are acknowledged (at-least-once; the worker
@@ -106,7 +107,12 @@ class Executor:
         cpus: tuple[int, ...] | None = None,
         link: Link | None = None,
         price_per_hour: float | None = None,
+        queue: tuple[ThreadPoolExecutor, str] | None = None,
     ) -> None:
+        """``queue``: a compute thread shared with the other executors of this process and
+        the group's name (``--runtime a,b``): their executions run one at a time, in the order
+        they were handed over, and every heartbeat names the group so the router counts them
+        as one queue."""
         self.settings = settings
         # A remote class: the link this executor sits behind, and its price per device-hour.
         self.link = link
@@ -131,7 +137,10 @@ class Executor:
         self._committing: asyncio.Task[None] | None = None  # the background commit
         self.in_hand = 0
         self.processed = 0
-        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+        self.queue_group = queue[1] if queue else None
+        self._owns_compute = queue is None
+        self.compute = (queue[0] if queue else
+                        ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute"))
         nvml = getattr(runtime, "power_meter", lambda: None)()
         self.nvml: NvmlMeter | None = nvml if nvml is not None and nvml.available else None
         self.power = PowerTracker(self.nvml or runtime.meter)
@@ -248,7 +257,8 @@ class Executor:
                 logger.warning("last heartbeat not sent: %s", exc)
             await consumer.stop()  # leaves the group: partitions move at once
             await producer.stop()
-            self.compute.shutdown(wait=True)
+            if self._owns_compute:  # a shared one is shut down by the process
+                self.compute.shutdown(wait=True)
             self.runtime.close()
         logger.info("executor %s stopped after %d workloads", self.device_id, self.processed)
         return 0
@@ -575,6 +585,7 @@ class Executor:
             threads=self.threads,
             cpus=self.cpus,
             host=HOST,
+            queue_group=self.queue_group,
             simulated=self.runtime.simulated,
             state=state,
             route_partitions=sorted(tp.partition for tp in consumer.assignment()

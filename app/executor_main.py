@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.executor import Executor, default_device_id
@@ -40,7 +42,10 @@ def run_executor(
     The link, price and power model given here replace the settings'. ``instances`` > 1 (sim
     only): that many simulated devices in this process, each its own runtime, device id
     (``<id>-<i>``), consumer and producer — a fleet of many simulated devices without a
-    process each."""
+    process each. ``runtime`` may name several runtimes, comma-separated: one executor each
+    on ``device`` in this process (device ids ``<id>-<runtime>``), sharing one compute
+    thread — their executions run one at a time, in the order they arrived — and one queue
+    group, which their heartbeats name so the router counts them as one queue."""
     settings = get_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -51,6 +56,14 @@ def run_executor(
     except ValueError as exc:
         logger.error("%s", exc)
         return 2
+    names = runtime.split(",")
+    if len(names) > 1:
+        if instances != 1 or drift is not None:
+            logger.error("--runtime %s: several runtimes in one process take neither "
+                         "--instances nor --drift", runtime)
+            return 2
+        return _run_cohosted(settings, names, device, threads, device_id, slowdown_file, cpus,
+                             link, price, model)
     if instances < 1 or (instances > 1 and runtime != "sim"):
         logger.error("--instances %d: a positive count, and more than 1 for --runtime sim only "
                      "(a real device is served by a process of its own)", instances)
@@ -86,6 +99,40 @@ def run_executor(
     return run_loop(run_instances([
         Executor(settings, rt, f"{base}-{i}", slowdown_file, threads, pinned, link=link,
                  price_per_hour=price) for i, rt in enumerate(runtimes)]))
+
+
+def _run_cohosted(settings: Settings, names: Sequence[str], device: str, threads: int | None,
+                  device_id: str | None, slowdown_file: str | None, cpus: str | None,
+                  link: Link | None, price: float | None, model: DeviceSpec | None) -> int:
+    """Several runtimes on one device in this process, one compute thread between them
+    (`run_executor`)."""
+    options: dict[str, Any] = {}
+    if "torch" in names and settings.torch_compile_cpu:
+        options["compile_cpu"] = True
+    try:
+        threads, pinned = isolate(threads, cpus)
+    except (ValueError, OSError) as exc:
+        logger.error("cannot pin %s to cpus: %s", ",".join(names), exc)
+        return 2
+    try:
+        runtimes = [get_runtime(name, device, threads=threads,
+                                **(options if name == "torch" else {})) for name in names]
+    except (RuntimeError, ValueError, SpecError) as exc:
+        logger.error("cannot start %s on %s: %s", ",".join(names), device, exc)
+        return 2
+    for rt in runtimes:
+        if model is not None and not rt.simulated:
+            rt.power_model = model
+    tune_gc(settings.gc_gen0_threshold)
+    compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+    group = f"{os.getpid()}-{'+'.join(names)}"
+    try:
+        return run_loop(run_instances([
+            Executor(settings, rt, f"{device_id}-{rt.name}" if device_id else None,
+                     slowdown_file, threads, pinned, link=link, price_per_hour=price,
+                     queue=(compute, group)) for rt in runtimes]))
+    finally:
+        compute.shutdown(wait=True)
 
 
 async def run_instances(executors: Sequence[Executor]) -> int:

@@ -152,7 +152,8 @@ class LocalCluster:
                        instances: int = 1, **env: str) -> Proc:
         """Start an executor process (``extra_args``: more of its command-line options, e.g.
         ``("--link-rtt-ms", "20", "--link-bandwidth-mbit-s", "100")``); ``instances`` > 1: a
-        process serving that many simulated devices, ``<device_id>-0`` ... (``Proc.devices``)."""
+        process serving that many simulated devices, ``<device_id>-0`` ... (``Proc.devices``);
+        ``runtime`` "torch,jax": one process hosting both, ``<device_id>-torch`` ...)."""
         device_id = device_id or f"{runtime}-{device.replace(':', '')}-{uuid.uuid4().hex[:6]}"
         argv = [sys.executable, "-m", "app.cli", "executor", "--runtime", runtime,
                 "--device", device, "--id", device_id]
@@ -167,6 +168,8 @@ class LocalCluster:
         proc = self._spawn(device_id, argv + list(extra_args), env)
         if instances != 1:
             proc.devices = tuple(f"{device_id}-{i}" for i in range(instances))
+        elif "," in runtime:  # several runtimes in one process, one queue
+            proc.devices = tuple(f"{device_id}-{name}" for name in runtime.split(","))
         return proc
 
     def wait_devices(self, device_ids: Iterable[str], timeout_s: float = 120.0) -> float:

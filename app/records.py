@@ -293,6 +293,10 @@ class HeartbeatRecord(_Wire):
     # The executor's host name: pinned executors on one host that share a core share its
     # time, so the router counts each one's queued work in the others' waits.
     host: str | None = None
+    # Executors of one process sharing its compute thread (``--runtime torch,jax``) name the
+    # same group: their executions run one at a time, in the order they arrived, so the
+    # router counts the group's queued work as one queue. Null for an executor of its own.
+    queue_group: str | None = None
     simulated: bool = False
     # "up" while serving; "stopping" in the last heartbeat of a clean shutdown.
     state: str = "up"

@@ -105,6 +105,11 @@ def live_cores() -> tuple[tuple[int, ...], str]:
 LIVE_FLEET: tuple[ExecutorSpec, ...] = tuple(
     ExecutorSpec(runtime, "cpu", 1, threads=1, cpus=core)
     for core in (live_cores()[1],) for runtime in ("torch", "jax", "numpy"))
+# The same three runtimes served by one process on that core (``--runtime torch,jax,numpy``):
+# one compute thread, their work one at a time in arrival order, one queue to the router.
+LIVE_FLEET_ONE_QUEUE: tuple[ExecutorSpec, ...] = tuple(
+    ExecutorSpec(spec.runtime, spec.device, 1, threads=1, cpus=spec.cpus, queue="live")
+    for spec in LIVE_FLEET)
 # End-to-end allowance for the Kafka hops (produce → decide → execute → result) on this
 # machine, added to each workload's deadline: about the pipeline's p95 at moderate load.
 DEADLINE_FLOOR_MS = 500.0

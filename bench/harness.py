@@ -47,9 +47,14 @@ class ExecutorSpec:
     # Simulated devices served per process (``--instances``): a fleet of a hundred devices in
     # a few processes rather than a hundred.
     per_process: int = 1
+    # Specs naming the same queue (count 1 each) are served by one process hosting their
+    # runtimes (``--runtime torch,jax,numpy``): one compute thread, their work one at a time.
+    queue: str | None = None
 
     def label(self) -> str:
         label = f"{self.count}x {self.runtime}:{self.device}"
+        if self.queue:
+            label += f" (queue {self.queue})"
         if self.per_process == 1:
             return label
         processes = len(self.processes())
@@ -107,8 +112,23 @@ def start_cluster(workdir: Path, fleet: Sequence[ExecutorSpec], env: dict[str, s
     local = LocalCluster.isolated(workdir / uuid.uuid4().hex[:8], broker=BROKER, **env)
     worker = local.start_worker(cpus=worker_cpus)
     ids = []
+    queues: dict[str, list[ExecutorSpec]] = {}
+    for spec in fleet:
+        if spec.queue is not None:
+            if spec.count != 1 or spec.per_process != 1:
+                raise ValueError(f"{spec.label()}: a queue hosts one device per spec")
+            queues.setdefault(spec.queue, []).append(spec)
     try:
+        for name, specs in queues.items():
+            first = specs[0]
+            proc = local.start_executor(
+                ",".join(s.runtime for s in specs), first.device, threads=first.threads,
+                device_id=f"{name}-{first.device.replace(':', '')}",
+                extra_args=first.args + (("--cpus", first.cpus) if first.cpus else ()))
+            ids.extend(proc.devices)
         for spec in fleet:
+            if spec.queue is not None:
+                continue
             for i, instances in enumerate(spec.processes()):
                 proc = local.start_executor(
                     spec.runtime, spec.device, threads=spec.threads,

@@ -114,7 +114,9 @@ def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0
 def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]]:
     """For each class whose pinned cores overlap other classes' (same host, same core), those
     classes and the share of each one's cores in common; classes that share nothing are
-    absent. A pure function of the live views: computed when they are read, not per decision.
+    absent. Classes that share a queue (`queue_sharing`) do not take turns on their cores:
+    they are not counted here. A pure function of the live views: computed when they are
+    read, not per decision.
     """
     out: dict[str, dict[str, float]] = {}
     for name, view in classes.items():
@@ -122,7 +124,26 @@ def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]
             continue
         shares = {other_name: len(view.cores & other.cores) / len(other.cores)
                   for other_name, other in classes.items()
-                  if other_name != name and other.cores and view.cores & other.cores}
+                  if other_name != name and other.cores and view.cores & other.cores
+                  and not view.queues & other.queues}
+        if shares:
+            out[name] = shares
+    return out
+
+
+def queue_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]]:
+    """For each class whose devices share a process's compute thread with other classes'
+    (the same queue group, ``--runtime torch,jax,numpy``), those classes and the share of each
+    one's live devices in a group in common (a process hosts one device of a class); absent
+    where none. Their executions run one at a time in the
+    order they arrived, so a workload sent to one waits for all the work queued on the others
+    too (`colocated`), and delays none of it: nothing runs side by side."""
+    out: dict[str, dict[str, float]] = {}
+    for name, view in classes.items():
+        shares = {other_name: min(1.0, len(view.queues & other.queues)
+                                  / max(other.live_instances, 1))
+                  for other_name, other in classes.items()
+                  if other_name != name and view.queues & other.queues}
         if shares:
             out[name] = shares
     return out
@@ -130,6 +151,7 @@ def core_sharing(classes: Mapping[str, ClassView]) -> dict[str, dict[str, float]
 
 def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[str, float]],
               device_wait: Mapping[str, float | None], backlog_ms: Mapping[str, float],
+              queued_with: Mapping[str, Mapping[str, float]] | None = None,
               ) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each class's wait (``device_wait``, else its backlog over its instances) stretched by
     the classes whose pinned cores overlap its own (``sharing``, from `core_sharing`): while
@@ -152,15 +174,23 @@ def colocated(classes: Mapping[str, ClassView], sharing: Mapping[str, Mapping[st
     the share of their cores in common; absent where none): the core is idle only when that
     is nothing too. The policy explores such a class only while its core is idle
     (models/policy.py::_explore_only_when_idle).
+
+    Classes sharing a queue (``queued_with``, from `queue_sharing`) are one queue: the wait
+    grows by each such neighbour's whole queued work, in the share of its devices in common.
     """
     out: dict[str, float | None] = dict(device_wait)
     busy: dict[str, float] = {}
-    for name, shares in sharing.items():
+    queued_with = queued_with or {}
+    for name in sharing.keys() | queued_with.keys():
         own = _own_wait(name, classes, device_wait, backlog_ms)
         extra = held = 0.0
-        for other, share in shares.items():
+        for other, share in sharing.get(name, {}).items():
             queued_ms = _queued(other, classes, device_wait, backlog_ms)
             extra += min(queued_ms, own) * share
+            held += queued_ms * share
+        for other, share in queued_with.get(name, {}).items():
+            queued_ms = _queued(other, classes, device_wait, backlog_ms)
+            extra += queued_ms * share
             held += queued_ms * share
         if extra > 0.0:
             out[name] = own + extra

@@ -39,6 +39,10 @@ class ClassView:
     # (host, core) of every pinned live device of the class (heartbeats' ``host`` and
     # ``cpus``): classes whose cores overlap share those cores' time (models/dispatch.py).
     cores: frozenset[tuple[str, int]] = frozenset()
+    # (host, group) of every live device of the class that shares its process's compute
+    # thread with others (heartbeats' ``queue_group``): classes with a group in common run
+    # their work as one queue, in arrival order (models/dispatch.py::queue_sharing).
+    queues: frozenset[tuple[str, str]] = frozenset()
     # What its live devices measured when they started, the median over them
     # (runtimes/calibrate.py): (precision, matmul GFLOP/s) from heartbeats' ``calibration``,
     # and (models/priors.py::kernel_key, ms of that kind's reference op) from ``kernel_ms``;
@@ -89,6 +93,7 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
             if links else None,
             price_per_hour=max(prices, default=0.0),
             cores=frozenset(core for m in members for core in _member_cores(m)),
+            queues=frozenset(group for m in members if (group := _member_queue(m))),
             calibration=class_calibration(members),
         )
     return views
@@ -166,6 +171,15 @@ def _member_cores(device: Mapping[str, Any]) -> list[tuple[str, int]]:
     if not isinstance(host, str) or not host or not isinstance(cpus, list):
         return []
     return [(host, c) for c in cpus if isinstance(c, int) and not isinstance(c, bool)]
+
+
+def _member_queue(device: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A device record's (host, queue group); None for an executor with a compute thread of
+    its own."""
+    host, group = device.get("host"), device.get("queue_group")
+    if not isinstance(group, str) or not group:
+        return None
+    return (host if isinstance(host, str) else "", group)
 
 
 def _member_link(device: Mapping[str, Any]) -> Link | None:

@@ -49,6 +49,8 @@ class Snapshot:
     transfer: dict[str, Any] = field(default_factory=dict)
     # Classes pinned to shared cores (models/dispatch.py::core_sharing of ``classes``).
     sharing: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Classes sharing a queue (models/dispatch.py::queue_sharing of ``classes``).
+    queued_with: dict[str, dict[str, float]] = field(default_factory=dict)
     # Per shared-core class, its neighbours' queued work on those cores
     # (models/dispatch.py::colocated), refreshed with ``device_wait_ms``.
     core_busy_ms: dict[str, float] = field(default_factory=dict)

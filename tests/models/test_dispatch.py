@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from models.backlog import Backlog
-from models.dispatch import colocated, core_left, core_sharing, route_partition, shared_core_ms
+from models.dispatch import (
+    colocated,
+    core_left,
+    core_sharing,
+    queue_sharing,
+    route_partition,
+    shared_core_ms,
+)
 from models.registry import ClassView, live_classes
 
 
@@ -245,6 +252,50 @@ def test_a_class_on_a_shared_core_runs_beside_what_its_neighbours_have_left() ->
     assert sorted(left["numpy-cpu-x86"]) == [(10.0, 2.0), (50.0, 4.0)]
     # jax outlasts both neighbours' queues: nothing left beside it; sim shares no core.
     assert "jax-cpu-x86" not in left and "sim-h100" not in left
+
+
+def test_classes_sharing_a_queue_wait_for_all_of_it_and_take_no_turns() -> None:
+    """torch, JAX and NumPy served by one process on core 1 (one compute thread: their work
+    runs one at a time in arrival order); a second torch executor with a queue of its own on
+    the same core still takes turns with them."""
+    now = 1_000_000
+
+    def device(name: str, cls: str, group: str | None, **extra: object) -> dict:
+        return {"device_id": name, "device_class": cls, "last_seen_ms": now, "host": "box",
+                "cpus": [1], "queue_group": group, **extra}
+
+    views = live_classes([
+        device("t", "torch-cpu-x86", "7-torch+jax+numpy"),
+        device("j", "jax-cpu-x86", "7-torch+jax+numpy"),
+        device("n", "numpy-cpu-x86", "7-torch+jax+numpy"),
+        device("o", "numpy-cpu-x86", None),  # NumPy's second device: a process of its own
+        device("e", "tf-cpu-x86", None),
+    ], now, 5.0)
+    assert views["jax-cpu-x86"].queues == {("box", "7-torch+jax+numpy")}
+    assert views["tf-cpu-x86"].queues == frozenset()
+    queued_with = queue_sharing(views)
+    # NumPy: one of its two live devices is in the group.
+    assert queued_with["torch-cpu-x86"] == {"jax-cpu-x86": 1.0, "numpy-cpu-x86": 0.5}
+    assert "tf-cpu-x86" not in queued_with
+    sharing = core_sharing(views)
+    # One queue does not take turns on its core; the class with an executor of its own does.
+    assert set(sharing["torch-cpu-x86"]) == {"tf-cpu-x86"}
+    assert set(sharing["tf-cpu-x86"]) == {"torch-cpu-x86", "jax-cpu-x86", "numpy-cpu-x86"}
+
+    waits = {"torch-cpu-x86": 0.0, "jax-cpu-x86": 30.0, "numpy-cpu-x86": 10.0,
+             "tf-cpu-x86": 0.0}
+    backlog = {"torch-cpu-x86": 0.0, "jax-cpu-x86": 30.0, "numpy-cpu-x86": 20.0,
+               "tf-cpu-x86": 0.0}
+    only_queue = {name: views[name] for name in ("torch-cpu-x86", "jax-cpu-x86")}
+    stretched, busy = colocated(only_queue, core_sharing(only_queue), waits, backlog,
+                                queue_sharing(only_queue))
+    # An idle torch waits for all of JAX's 30 queued ms (turns would have charged none).
+    assert stretched["torch-cpu-x86"] == 30.0 and busy["torch-cpu-x86"] == 30.0
+    assert stretched["jax-cpu-x86"] == 30.0  # torch holds nothing
+    # With NumPy's half-shared queue (one of its two devices in the group): half its work.
+    waits_all, _ = colocated(views, sharing, waits, backlog, queued_with)
+    assert queued_with["jax-cpu-x86"]["numpy-cpu-x86"] == 0.5
+    assert waits_all["jax-cpu-x86"] == 30.0 + 10.0 * 2 * 0.5
 
 
 def test_shared_core_ms_counts_the_turns_taken_and_given() -> None:

@@ -16,6 +16,15 @@ its execution, setup and transfer, and to the class's backlog with the route. A 
 nothing measured yet takes the least estimate of the classes that have (making inputs and
 checksums is mostly the same work on every runtime); 0 before any. Derived state, in memory:
 a restarted worker learns it again from its next few dozen outcomes.
+
+Once a class has ``CAP_AFTER_ROWS`` rows, a row is taken as at most ``CAP_FACTOR`` times the
+current estimate plus ``CAP_FLOOR_MS``: an executor descheduled for a moment on a busy machine
+measures tens of milliseconds of "handling" for a workload that takes a fraction of one, and
+the line's slope is set by its few large workloads, so one such row at 3 MB made a simulated
+H100's handling of that size 13x what it was (0.36 ms → 4.6 ms), above the whole completion of
+a slower class; the router then sent that size elsewhere, and with no more rows of it the
+estimate never came back. A real change still gets through, a few rows at a time (each row's
+cap is four times the estimate it moved).
 """
 
 from __future__ import annotations
@@ -24,6 +33,10 @@ import math
 from typing import Any
 
 from models.transfer import TransferEstimate, fit_transfer, update_transfer
+
+CAP_AFTER_ROWS = 10  # rows before a class's estimate caps what one row may count
+CAP_FACTOR = 4.0  # a row counts as at most this many times the current estimate ...
+CAP_FLOOR_MS = 2.0  # ... plus this (a row near 0 ms still moves it)
 
 
 def handling_ms(service_ms: float, exec_ms: float, compile_ms: float | None,
@@ -43,7 +56,11 @@ class Handling:
         self._fits: dict[str, TransferEstimate | None] = {}
 
     def observe(self, device_class: str, nbytes: float, ms: float) -> None:
-        """One finished workload of the class: ``nbytes`` in and out, ``ms`` of handling."""
+        """One finished workload of the class: ``nbytes`` in and out, ``ms`` of handling
+        (capped once the class has an estimate: see the module)."""
+        fit = self._fit(device_class)
+        if fit is not None and fit.rows >= CAP_AFTER_ROWS:
+            ms = min(ms, CAP_FACTOR * fit.ms(nbytes) + CAP_FLOOR_MS)
         self._sums[device_class] = update_transfer(self._sums.get(device_class),
                                                    [(nbytes, ms)])
         self._fits.pop(device_class, None)

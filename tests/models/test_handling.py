@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.handling import Handling, handling_ms
+from models.transfer import update_transfer
 
 MB = 1_000_000  # as models/transfer.py counts them
 
@@ -47,3 +48,40 @@ def test_the_line_follows_a_class_whose_handling_changes() -> None:
     for _ in range(200):
         handling.observe("c", 10 * MB, 40.0)
     assert handling.ms("c", 10 * MB) == pytest.approx(40.0, rel=0.1)
+
+
+def test_one_descheduled_row_does_not_set_the_class_estimate() -> None:
+    """A simulated H100 handles its workloads in ~0.2 ms; once, on a busy machine, its
+    executor was off the core for 40 ms with a 3 MB workload in hand. Uncapped, that row made
+    the class's handling of 3 MB 4.6 ms — more than a slower class's whole completion — and
+    no more rows of that size would come to move it back."""
+    handling = Handling()
+    sizes = (0.004, 0.064, 1.0, 3.0, 0.016) * 12
+    for mb in sizes:
+        handling.observe("sim-h100", mb * MB, 0.2 + 0.05 * mb)
+    clean = handling.ms("sim-h100", 3.1 * MB)
+    assert clean == pytest.approx(0.355, rel=0.05)
+    handling.observe("sim-h100", 3.1 * MB, 40.0)
+    # The row counts as at most 4x the estimate + 2 ms: the estimate stays under 1 ms.
+    assert clean < handling.ms("sim-h100", 3.1 * MB) < 1.0
+    # Without the cap (as before): 4.6 ms.
+    uncapped = Handling()
+    for mb in sizes:
+        uncapped._sums["sim-h100"] = update_transfer(uncapped._sums.get("sim-h100"),
+                                                     [(mb * MB, 0.2 + 0.05 * mb)])
+    uncapped._sums["sim-h100"] = update_transfer(uncapped._sums["sim-h100"],
+                                                 [(3.1 * MB, 40.0)])
+    assert uncapped.ms("sim-h100", 3.1 * MB) > 4.0
+
+
+def test_a_real_change_gets_through_the_cap_within_a_few_rows() -> None:
+    handling = Handling()
+    for _ in range(20):
+        handling.observe("torch-cpu-x", 0.064 * MB, 1.0)
+    # Its first large workloads: 76 ms of handling at 32 MB (making and checksumming them).
+    seen = []
+    for _ in range(6):
+        handling.observe("torch-cpu-x", 32 * MB, 76.0)
+        seen.append(handling.ms("torch-cpu-x", 32 * MB))
+    assert seen == sorted(seen) and seen[0] < 20.0  # capped, and rising every row
+    assert seen[-1] > 50.0

@@ -345,7 +345,11 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "runs: the execution plus what the executor spends around it (inputs made from the "
         "seed, the output's checksum). In a live set the three executors share one core (the "
         "last), the worker has the others, the same for every policy (the broker and the "
-        "client are not pinned); the capacity assumes that one core for the executors. The "
+        "client are not pinned); the capacity assumes that one core for the executors: three "
+        "processes, each its own queue, taking turns on the core, except in "
+        "live-cpu-fp32-one-queue, where one executor process hosts the three runtimes "
+        "(`--runtime torch,jax,numpy`: one compute thread, their work one at a time in "
+        "arrival order, one queue to the router). The "
         "live oracle plans with that profile, not with the "
         "times the executors then see side by side on a shared core: where another policy "
         "beats it, the profile was off, and a ratio to the oracle is a ratio to its plan. "
@@ -419,7 +423,9 @@ def run(quick: bool, out_dir: Path) -> int:
                 DeviceSet("sim120-fp32", "sim", ("fp32",), fleet=fleets.SIM_FLEET_120,
                           sim_rate_per_s=SIM120_RATE_PER_S),
                 DeviceSet("live-cpu-fp32", "live", ("fp32",)),
-                DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16"))]
+                DeviceSet("live-cpu-bf16", "live", ("fp32", "bf16")),
+                DeviceSet("live-cpu-fp32-one-queue", "live", ("fp32",),
+                          fleet=fleets.LIVE_FLEET_ONE_QUEUE)]
         seconds, drain = 20.0, 20.0
     results: dict[str, Any] = {"machine": info, "quick": quick, "sets": {}}
     # Re-run some sets (SWITCHYARD_BENCH_SETS) or some policies of each set

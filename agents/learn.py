@@ -243,8 +243,9 @@ async def learn_batch(batch: MetricBatch) -> None:
         setup = single[rows] & np.isfinite(batch.setup_ms[rows])
         model_dict["setup"] = update_setup(
             (stored or {}).get("setup"),
-            [(known[k][0].kind, known[k][1].mode, ms) for k, ms in zip(
-                index[setup].tolist(), batch.setup_ms[rows][setup].tolist(), strict=True)])
+            [(known[k][0].kind, known[k][1].mode, ms, ex) for k, ms, ex in zip(
+                index[setup].tolist(), batch.setup_ms[rows][setup].tolist(),
+                exec_ms[rows][setup].tolist(), strict=True)])
         model_dict["transfer"] = update_transfer(
             (stored or {}).get("transfer"),
             [(float(transfer_bytes[i]), float(transfer_ms[i])) for i in np.flatnonzero(

@@ -63,6 +63,7 @@ def options_for(device_class: str, snapshot: Snapshot) -> list[ProbeOption]:
         for candidate in offers(workload, only, decide.warm_routes):
             out.append(ProbeOption(
                 workload, device_class, candidate.variant, candidate.setup_ms,
+                setup_runs=candidate.setup_runs,
                 seen=decide.warm_routes.is_warm(device_class, warm_key(workload, candidate)),
                 calibration=candidate.calibration))
     return out

@@ -54,6 +54,9 @@ class Candidate:
     # Expected one-time setup (build/compile + warm-up) when the class has probably not run
     # this (shape, variant) yet; 0 when it has (models/setup.py).
     setup_ms: float = 0.0
+    # Predicted executions to add to ``setup_ms`` (1 when it is the first run's excess over
+    # one execution: the warm-up run is one more; models/setup.py).
+    setup_runs: float = 0.0
     # The class has probably not run this (shape, variant) yet and has never measured what
     # setting it up costs: trying it is exploration (models/policy.py: only on an idle class).
     cold: bool = False

@@ -125,7 +125,6 @@ class SwitchyardPolicy:
         # workload's bytes to a remote class (models/transfer.py); what the executor spends
         # around the execution (inputs made, output checksummed); the price per device-hour.
         wait = [float(c.start_wait_ms) for c in usable]
-        setup = [float(c.setup_ms) for c in usable]
         transfer = [float(c.transfer_ms) for c in usable]
         handling = [float(c.handling_ms) for c in usable]
         price = [float(c.price_per_hour) for c in usable]
@@ -156,6 +155,9 @@ class SwitchyardPolicy:
 
         self._calibrate_cold(op, usable, learned, samples, mean_ms, draw_ms, std_ms, energy,
                              estimated)
+        # The first run of a cold eager shape is one more execution besides its excess.
+        setup = [float(c.setup_ms) + float(c.setup_runs) * mean_ms[i]
+                 for i, c in enumerate(usable)]
         objective = dict(workload.objective)
         wants_energy = objective.get("energy", 0.0) > 0.0
         energy_fallback = wants_energy and any(e is None for e in energy)
@@ -221,7 +223,9 @@ class SwitchyardPolicy:
         if self.explore_when_idle:
             drawn = chosen
             chosen = self._explore_only_when_idle(
-                chosen, greedy, idx, greedy_scores, wait, setup, [c.cold for c in usable],
+                chosen, greedy, idx, greedy_scores, wait,
+                [float(c.setup_ms) for c in usable],  # beyond the warm-up run
+                [c.cold for c in usable],
                 mean_ms, learned, samples, [c.variant.mode for c in usable],
                 [float(c.core_busy_ms) for c in usable])
             held_back = chosen != drawn
@@ -311,8 +315,8 @@ class SwitchyardPolicy:
                                 learned: list[bool], samples: list[int],
                                 usable_modes: list[str], core_busy: list[float]) -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
-        still near its prior; a shape whose setup there is unknown or costs more than the
-        execution) on a class that is not idle and either busier than the greedy pick's or
+        still near its prior; a shape whose setup there — beyond the warm-up run, ``setup`` —
+        is unknown or costs more than the execution) on a class that is not idle and either busier than the greedy pick's or
         facing a compilation of unknown cost: then the best pick, by the means, among the
         known, ready candidates. A class sharing its cores with others (``core_busy``: their
         queued work there) is idle only while they are too: on one shared core a try of an

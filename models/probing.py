@@ -45,6 +45,7 @@ class ProbeOption:
     device_class: str
     variant: Variant
     setup_ms: float = 0.0  # expected build/compile and warm-up where the shape is cold there
+    setup_runs: float = 0.0  # predicted executions to add to it (``Candidate.setup_runs``)
     seen: bool = False  # the class has (probably) run this shape and variant already
     # The class's measured matmul rates (``Candidate.calibration``): its cold prior's.
     calibration: tuple[tuple[str, float], ...] = ()
@@ -82,7 +83,8 @@ def pick_probe(options: Iterable[ProbeOption], models: Mapping[str, CostModelLik
         model, learned = priors.get(models, option.device_class, option.calibration)
         prediction = model.predict_one(option.workload.op, option.variant)
         std = weight_std(prediction.param_var)
-        if prediction.mean_ms + option.setup_ms <= max_ms and std >= min_weight_std:
+        setup = option.setup_ms + option.setup_runs * prediction.mean_ms
+        if prediction.mean_ms + setup <= max_ms and std >= min_weight_std:
             qualified.append(Probe(option, float(prediction.mean_ms), float(prediction.std_ms),
                                    std, int(model.version) if learned else 0))
     if not qualified:

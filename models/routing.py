@@ -29,7 +29,7 @@ from models.history import HistoryModel
 from models.ops import Variant
 from models.probing import ProbeOption
 from models.registry import ClassView, class_variants
-from models.setup import WarmRoutes, expected_setup_ms, setup_known
+from models.setup import WarmRoutes, expected_setup, setup_known
 from models.transfer import predict_transfer_ms, transfer_bytes
 from models.workload import Workload
 
@@ -101,15 +101,16 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
             if nbytes is None:
                 nbytes = io_bytes(workload)
             transfer_ms = predict_transfer_ms(view.link, stored_transfer, nbytes)
-        setup_ms, cold = 0.0, False
+        setup_ms, setup_runs, cold = 0.0, 0.0, False
         if not warm.is_warm(device_class, shape_key(signature, variant)):
             stored = snapshot.setup.get(device_class)
-            setup_ms = expected_setup_ms(stored, kind, variant.mode)
+            setup_ms, setup_runs = expected_setup(stored, kind, variant.mode)
             cold = not setup_known(stored, kind, variant.mode)
         # One construction per candidate (``dataclasses.replace`` of a bare one cost twice).
         out.append(Candidate(
             device_class=device_class, variant=variant, live_instances=view.live_instances,
-            backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms, cold=cold,
+            backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms,
+            setup_runs=setup_runs, cold=cold,
             device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
             price_per_hour=view.price_per_hour, handling_ms=handling_ms,
             core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration,

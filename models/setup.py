@@ -8,8 +8,17 @@ compilation per new shape on this machine against executions of a millisecond, a
 modes pay lazy initialisation. A router blind to it explores cold variants that look cheap and
 queues work behind compilations.
 
-``SetupCosts`` learns, per class, an exponentially weighted mean of ``setup_ms`` per (op kind,
-mode) with a per-mode fallback; ``WarmRoutes`` remembers which (shape, variant) a decider has
+The first run of an eager shape is one more execution (the untimed warm-up) plus lazy
+initialisation, so its setup grows with the op: on this machine's torch, 3 ms for a 64³ matmul,
+4.5 for 512³, 70 for 1024³ — and a mean over a kind's shapes charged a small shape its large
+shapes' warm-ups (36 ms on every cold small shape in the live sets, so torch never ran them).
+A compiled variant's compilation hardly grows with the shape. Learned, then, per (op kind,
+mode) with a per-mode fallback, as an exponentially weighted mean of the first run's *excess*
+over one execution (``setup_ms - exec_ms``, at least 0: lazy initialisation, compilation);
+the expected setup of a new shape is that excess plus one predicted execution
+(`Candidate.setup_runs`, added by the policy). Entries stored before (``ms`` without
+``excess_ms``) are read as they were: a whole setup.
+``update_setup`` learns them; ``WarmRoutes`` remembers which (shape, variant) a decider has
 already sent to each class (bounded, least recently used first out, like the executors' own
 caches). The policy charges the expected setup to candidates that are probably cold. With
 several executors in a class the first route warms only one of them: the estimate is optimistic
@@ -27,29 +36,40 @@ WARM_ROUTES = 512  # (shape, variant) pairs remembered per class, as runtimes/ba
 
 
 def update_setup(stored: Mapping[str, Any] | None,
-                 rows: Iterable[tuple[str, str, float]]) -> dict[str, Any]:
-    """``stored`` (the class's running means, or None) updated with ``(kind, mode, setup_ms)``
-    measurements; JSON-ready."""
+                 rows: Iterable[tuple[str, str, float, float]]) -> dict[str, Any]:
+    """``stored`` (the class's running means, or None) updated with ``(kind, mode, setup_ms,
+    exec_ms)`` measurements; JSON-ready: per key ``{"ms": mean setup, "excess_ms": mean
+    excess over the execution, "n"}``."""
     out: dict[str, Any] = {k: dict(v) for k, v in (stored or {}).items()}
-    for kind, mode, ms in rows:
+    for kind, mode, ms, exec_ms in rows:
         if not ms >= 0.0:
             continue
+        excess = max(0.0, float(ms) - float(exec_ms)) if exec_ms >= 0.0 else float(ms)
         for key in (f"{kind}/{mode}", mode):
             entry = out.get(key)
-            if entry is None:
-                out[key] = {"ms": float(ms), "n": 1}
+            if entry is None or "excess_ms" not in entry:  # new, or stored before the excess
+                out[key] = {"ms": float(ms), "excess_ms": excess, "n": 1}
             else:
                 entry["ms"] = (1.0 - ALPHA) * float(entry["ms"]) + ALPHA * float(ms)
+                entry["excess_ms"] = ((1.0 - ALPHA) * float(entry["excess_ms"])
+                                      + ALPHA * excess)
                 entry["n"] = int(entry["n"]) + 1
     return out
 
 
-def expected_setup_ms(stored: Mapping[str, Any] | None, kind: str, mode: str) -> float:
-    """The class's expected setup of a new (kind, mode) shape; 0 when never measured."""
+def expected_setup(stored: Mapping[str, Any] | None, kind: str, mode: str) -> tuple[float, float]:
+    """The class's expected setup of a new (kind, mode) shape: (ms, executions) — the first
+    run's excess and how many predicted executions to add to it (1: the warm-up run; 0 for an
+    entry stored before the excess was, whose ms is the whole setup); (0, 0) when never
+    measured."""
     if not stored:
-        return 0.0
+        return 0.0, 0.0
     entry = stored.get(f"{kind}/{mode}") or stored.get(mode)
-    return float(entry["ms"]) if entry else 0.0
+    if not entry:
+        return 0.0, 0.0
+    if "excess_ms" in entry:
+        return float(entry["excess_ms"]), 1.0
+    return float(entry["ms"]), 0.0
 
 
 def setup_known(stored: Mapping[str, Any] | None, kind: str, mode: str) -> bool:

@@ -75,7 +75,7 @@ def test_model_summary_of_a_cold_model() -> None:
 
 def test_model_summary_shows_the_learned_setup_of_new_shapes() -> None:
     stored = {**CostModel.for_class("jax-cpu-x86").to_dict(),
-              "setup": update_setup(None, [("matmul", "compiled", 140.0)])}
+              "setup": update_setup(None, [("matmul", "compiled", 140.0, 1.0)])}
     summary = webviews.model_summary("jax-cpu-x86", json.loads(json.dumps(stored)))
     assert summary["setup_ms"] == {"compiled": 140.0, "matmul/compiled": 140.0}
     assert summary["transfer"] is None  # a local class: nothing measured over a link

@@ -88,3 +88,15 @@ async def consume_until(broker: str, topic: str, done: Callable[[list[dict[str, 
 def run(coro: Any) -> Any:
     """Run a coroutine from synchronous test code."""
     return asyncio.run(coro)
+
+
+def submit_and_collect(broker: str, namespace: str, ids: Iterable[str], op: dict[str, Any],
+                       timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """Produce one workload of ``op`` per id to the namespace's workloads topic and read the
+    results topic until every id has one; every result message read (duplicates too)."""
+    wanted = list(ids)
+    run(produce(broker, f"{namespace}switchyard.workloads",
+                [(w, {"id": w, "op": op}) for w in wanted]))
+    return run(consume_until(broker, f"{namespace}switchyard.results",
+                             lambda got: {m["key"] for m in got} >= set(wanted),
+                             timeout_s=timeout_s))

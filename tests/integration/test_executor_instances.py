@@ -9,14 +9,13 @@ every instance and the process cleanly.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 
 import pytest
 
 from app.local import LocalCluster
-from tests.integration.kafka_io import consume_until, produce
+from tests.integration.kafka_io import submit_and_collect
 
 pytestmark = pytest.mark.kafka
 INSTANCES = 3
@@ -46,11 +45,7 @@ def test_one_process_serves_several_simulated_devices(broker, tmp_path) -> None:
 
         op = {"kind": "matmul", "m": 256, "k": 256, "n": 256, "dtype": "float32"}
         ids = [f"inst-{i}" for i in range(WORKLOADS)]
-        asyncio.run(produce(broker, f"{cluster.namespace}switchyard.workloads",
-                            [(w, {"id": w, "op": op}) for w in ids]))
-        results = asyncio.run(consume_until(
-            broker, f"{cluster.namespace}switchyard.results",
-            lambda got: {m["key"] for m in got} >= set(ids), timeout_s=120))
+        results = submit_and_collect(broker, cluster.namespace, ids, op)
         assert sorted(m["key"] for m in results) == sorted(ids)  # each exactly once
         ran_on = {m["value"]["device_id"] for m in results}
         assert ran_on <= set(proc.devices)

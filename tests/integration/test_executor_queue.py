@@ -17,7 +17,7 @@ import signal
 import pytest
 
 from app.local import LocalCluster
-from tests.integration.kafka_io import consume_until, produce
+from tests.integration.kafka_io import consume_until, submit_and_collect
 
 pytestmark = pytest.mark.kafka
 WORKLOADS = 24
@@ -41,11 +41,7 @@ def test_one_process_runs_several_runtimes_as_one_queue(broker, tmp_path) -> Non
 
         op = {"kind": "matmul", "m": 192, "k": 192, "n": 192, "dtype": "float32"}
         ids = [f"queue-{i:02d}" for i in range(WORKLOADS)]
-        asyncio.run(produce(broker, f"{cluster.namespace}switchyard.workloads",
-                            [(w, {"id": w, "op": op}) for w in ids]))
-        results = asyncio.run(consume_until(
-            broker, f"{cluster.namespace}switchyard.results",
-            lambda got: {m["key"] for m in got} >= set(ids), timeout_s=120))
+        results = submit_and_collect(broker, cluster.namespace, ids, op)
         assert sorted(m["key"] for m in results) == sorted(ids)  # each exactly once
         assert {m["value"]["device_id"] for m in results} == set(proc.devices)
 

@@ -57,13 +57,10 @@ def run_executor(
         logger.error("%s", exc)
         return 2
     names = runtime.split(",")
-    if len(names) > 1:
-        if instances != 1 or drift is not None:
-            logger.error("--runtime %s: several runtimes in one process take neither "
-                         "--instances nor --drift", runtime)
-            return 2
-        return _run_cohosted(settings, names, device, threads, device_id, slowdown_file, cpus,
-                             link, price, model)
+    if len(names) > 1 and (instances != 1 or drift is not None):
+        logger.error("--runtime %s: several runtimes in one process take neither "
+                     "--instances nor --drift", runtime)
+        return 2
     if instances < 1 or (instances > 1 and runtime != "sim"):
         logger.error("--instances %d: a positive count, and more than 1 for --runtime sim only "
                      "(a real device is served by a process of its own)", instances)
@@ -74,17 +71,17 @@ def run_executor(
             logger.error("--drift applies to the sim runtime only")
             return 2
         options["drift"] = drift
-    if runtime == "torch" and settings.torch_compile_cpu:
-        options["compile_cpu"] = True
     try:
         # Pinned before the runtime is built, so its thread pools start inside the mask.
         threads, pinned = isolate(threads, cpus)
     except (ValueError, OSError) as exc:
         logger.error("cannot pin %s to cpus: %s", runtime, exc)
         return 2
+    compile_cpu = {"compile_cpu": True} if settings.torch_compile_cpu else {}
     try:
-        runtimes = [get_runtime(runtime, device, threads=threads, **options)
-                    for _ in range(instances)]
+        runtimes = [get_runtime(name, device, threads=threads, **options,
+                                **(compile_cpu if name == "torch" else {}))
+                    for name in (names if len(names) > 1 else names * instances)]
     except (RuntimeError, ValueError, SpecError) as exc:
         logger.error("cannot start %s on %s: %s", runtime, device, exc)
         return 2
@@ -92,6 +89,16 @@ def run_executor(
         if model is not None and not rt.simulated:
             rt.power_model = model
     tune_gc(settings.gc_gen0_threshold)  # the runtime's modules are loaded: freeze them
+    if len(names) > 1:  # one compute thread between them: one queue
+        compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+        group = f"{os.getpid()}-{'+'.join(names)}"
+        try:
+            return run_loop(run_instances([
+                Executor(settings, rt, f"{device_id}-{rt.name}" if device_id else None,
+                         slowdown_file, threads, pinned, link=link, price_per_hour=price,
+                         queue=(compute, group)) for rt in runtimes]))
+        finally:
+            compute.shutdown(wait=True)
     if instances == 1:
         return run_loop(Executor(settings, runtimes[0], device_id, slowdown_file, threads, pinned,
                                  link=link, price_per_hour=price).run())
@@ -99,40 +106,6 @@ def run_executor(
     return run_loop(run_instances([
         Executor(settings, rt, f"{base}-{i}", slowdown_file, threads, pinned, link=link,
                  price_per_hour=price) for i, rt in enumerate(runtimes)]))
-
-
-def _run_cohosted(settings: Settings, names: Sequence[str], device: str, threads: int | None,
-                  device_id: str | None, slowdown_file: str | None, cpus: str | None,
-                  link: Link | None, price: float | None, model: DeviceSpec | None) -> int:
-    """Several runtimes on one device in this process, one compute thread between them
-    (`run_executor`)."""
-    options: dict[str, Any] = {}
-    if "torch" in names and settings.torch_compile_cpu:
-        options["compile_cpu"] = True
-    try:
-        threads, pinned = isolate(threads, cpus)
-    except (ValueError, OSError) as exc:
-        logger.error("cannot pin %s to cpus: %s", ",".join(names), exc)
-        return 2
-    try:
-        runtimes = [get_runtime(name, device, threads=threads,
-                                **(options if name == "torch" else {})) for name in names]
-    except (RuntimeError, ValueError, SpecError) as exc:
-        logger.error("cannot start %s on %s: %s", ",".join(names), device, exc)
-        return 2
-    for rt in runtimes:
-        if model is not None and not rt.simulated:
-            rt.power_model = model
-    tune_gc(settings.gc_gen0_threshold)
-    compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
-    group = f"{os.getpid()}-{'+'.join(names)}"
-    try:
-        return run_loop(run_instances([
-            Executor(settings, rt, f"{device_id}-{rt.name}" if device_id else None,
-                     slowdown_file, threads, pinned, link=link, price_per_hour=price,
-                     queue=(compute, group)) for rt in runtimes]))
-    finally:
-        compute.shutdown(wait=True)
 
 
 async def run_instances(executors: Sequence[Executor]) -> int:

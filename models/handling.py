@@ -58,9 +58,10 @@ class Handling:
     def observe(self, device_class: str, nbytes: float, ms: float) -> None:
         """One finished workload of the class: ``nbytes`` in and out, ``ms`` of handling
         (capped once the class has an estimate: see the module)."""
-        fit = self._fit(device_class)
-        if fit is not None and fit.rows >= CAP_AFTER_ROWS:
-            ms = min(ms, CAP_FACTOR * fit.ms(nbytes) + CAP_FLOOR_MS)
+        if ms > CAP_FLOOR_MS:  # a row under the floor is never capped: no fit to compute
+            fit = self._fit(device_class)
+            if fit is not None and fit.rows >= CAP_AFTER_ROWS:
+                ms = min(ms, CAP_FACTOR * fit.ms(nbytes) + CAP_FLOOR_MS)
         self._sums[device_class] = update_transfer(self._sums.get(device_class),
                                                    [(nbytes, ms)])
         self._fits.pop(device_class, None)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from app import observability
 from app.main import settings
@@ -35,6 +36,7 @@ from app.streaming import event_context
 
 logger = logging.getLogger(__name__)
 READ_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,18 @@ class SkippedEvent:
 
 
 class GapReader:
-    """Reads offset ranges of input partitions with a plain consumer (no group, no commits)."""
+    """Reads offset ranges of input partitions with a plain consumer (no group, no commits).
+
+    Every read is bounded as a whole, not only its fetch loop: aiokafka's ``position()``
+    loops for as long as the partition has no valid position and ``getmany()`` first waits
+    for any reassignment in progress, both without a bound of their own; a read stuck there
+    would hold the reader's lock, and every later read with it, among them the registry's
+    read-back of the heartbeats that a decider with no live device waits on (a CI run of the
+    broker-kill scenario stopped routing for good right after the broker came back, with the
+    decider last seen there; not confirmed as the cause). A read that overruns gives what it
+    got and reports itself incomplete (the caller tries again); its consumer is stopped and
+    the next read starts a fresh one.
+    """
 
     def __init__(self, config: Settings | None = None) -> None:
         self._settings = config or settings
@@ -72,34 +85,45 @@ class GapReader:
                    end: int) -> tuple[list[SkippedMessage], bool]:
         """The records at offsets ``start`` ≤ offset < ``end`` that still exist, and whether
         the read got through the whole range (False: the broker did not answer in time)."""
+        out: list[SkippedMessage] = []
         async with self._lock:
-            consumer = await self._started()
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, start)
-            out: list[SkippedMessage] = []
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + READ_TIMEOUT_S
-            while await consumer.position(tp) < end and loop.time() < deadline:
-                batch = await consumer.getmany(tp, timeout_ms=500, max_records=end - start)
-                for record in batch.get(tp, []):
-                    if start <= record.offset < end:
-                        out.append(SkippedMessage(topic, partition, record.offset, record.key,
-                                                  record.value, record.timestamp / 1000.0))
-            complete = await consumer.position(tp) >= end
-            if not complete:
-                logger.error("could not re-read %s[%d] offsets %d..%d within %.0f s (got %d); "
-                             "the next batch tries again", topic, partition, start, end - 1,
-                             READ_TIMEOUT_S, len(out))
-            return out, complete
+            try:
+                async with asyncio.timeout(READ_TIMEOUT_S):
+                    await self._read_into(out, topic, partition, start, end)
+                    return out, True
+            except TimeoutError:
+                await self._discard()
+        logger.error("could not re-read %s[%d] offsets %d..%d within %.0f s (got %d); "
+                     "the next batch tries again", topic, partition, start, end - 1,
+                     READ_TIMEOUT_S, len(out))
+        return out, False
+
+    async def _read_into(self, out: list[SkippedMessage], topic: str, partition: int,
+                         start: int, end: int) -> None:
+        consumer = await self._started()
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=500, max_records=end - start)
+            for record in batch.get(tp, []):
+                if start <= record.offset < end:
+                    out.append(SkippedMessage(topic, partition, record.offset, record.key,
+                                              record.value, record.timestamp / 1000.0))
 
     async def tail(self, topic: str, partitions: Iterable[int],
                    count: int) -> list[SkippedMessage]:
-        """The last ``count`` records (at most) of each of ``partitions`` of ``topic``."""
+        """The last ``count`` records (at most) of each of ``partitions`` of ``topic``;
+        TimeoutError when the broker did not tell their ends within READ_TIMEOUT_S."""
         async with self._lock:
-            consumer = await self._started()
             tps = [TopicPartition(topic, p) for p in partitions]
-            ends = await consumer.end_offsets(tps)
+            try:
+                async with asyncio.timeout(READ_TIMEOUT_S):
+                    consumer = await self._started()
+                    ends = await consumer.end_offsets(tps)
+            except TimeoutError:
+                await self._discard()
+                raise
         out: list[SkippedMessage] = []
         for tp in tps:
             end = ends.get(tp, 0)
@@ -117,6 +141,20 @@ class GapReader:
             await consumer.start()
             self._consumer = consumer
         return self._consumer
+
+    async def _discard(self) -> None:
+        """Stop the consumer of a read that overran (within a bound of its own: a consumer in
+        a bad state may not stop either); the next read starts a fresh one."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            return
+        logger.warning("a read of the gap reader overran %.0f s; starting a fresh consumer",
+                       READ_TIMEOUT_S)
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await consumer.stop()
+        except (TimeoutError, KafkaError, OSError) as exc:
+            logger.warning("the overrun consumer did not stop cleanly (%r); left behind", exc)
 
     async def close(self) -> None:
         if self._consumer is not None:

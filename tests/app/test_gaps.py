@@ -121,3 +121,74 @@ def test_an_incomplete_read_is_tried_again_by_the_next_batch(monkeypatch):
     second = asyncio.run(guard.fill([Event("t", 0, 9)]))
     guard.record(second)
     assert reads == [(5, 8), (5, 9)] and table["t#0"] == 10
+
+
+class StuckConsumer:
+    """A consumer in the state a broker restart once left one in: ``position()`` never
+    answers (aiokafka's loops without a bound). Fake Kafka client: unit test of the reader's
+    bounds only."""
+
+    made: list[StuckConsumer] = []
+
+    def __init__(self, **_: object) -> None:
+        self.stopped = False
+        StuckConsumer.made.append(self)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    def assign(self, tps: list) -> None:
+        pass
+
+    def seek(self, tp: object, offset: int) -> None:
+        pass
+
+    async def position(self, tp: object) -> int:
+        await asyncio.Event().wait()  # for ever
+        raise AssertionError("unreachable")
+
+    async def end_offsets(self, tps: list) -> dict:
+        return {tp: 10 for tp in tps}
+
+
+def test_a_read_that_never_returns_is_cut_off_and_its_consumer_replaced(monkeypatch):
+    """A read stuck in the consumer must not hold the reader's lock (and every later read,
+    the decider's read-back of heartbeats among them) for ever: it gives up after
+    READ_TIMEOUT_S, says it is incomplete, and the next one starts a fresh consumer."""
+    monkeypatch.setattr(gaps, "AIOKafkaConsumer", StuckConsumer)
+    monkeypatch.setattr(gaps, "READ_TIMEOUT_S", 0.2)
+    StuckConsumer.made.clear()
+    reader = gaps.GapReader(Settings())
+
+    async def scenario() -> tuple:
+        first = await asyncio.wait_for(reader.read("t", 0, 3, 7), 5)
+        tail = await asyncio.wait_for(reader.tail("t", [0, 1], 4), 5)  # the lock was released
+        return first, tail
+
+    (got, complete), tail = asyncio.run(scenario())
+    assert got == [] and complete is False
+    assert tail == []
+    # One consumer per overrun read (the first read's, and one per partition of the tail),
+    # each stopped when it overran.
+    assert len(StuckConsumer.made) == 3 and all(c.stopped for c in StuckConsumer.made)
+
+
+def test_a_tail_whose_ends_never_come_raises_timeout(monkeypatch):
+    """The broker does not tell the partitions' ends: TimeoutError, which the registry's
+    read-back takes for "the broker could not be read" (agents/registry.py)."""
+
+    class NoEnds(StuckConsumer):
+        async def end_offsets(self, tps: list) -> dict:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+    monkeypatch.setattr(gaps, "AIOKafkaConsumer", NoEnds)
+    monkeypatch.setattr(gaps, "READ_TIMEOUT_S", 0.2)
+    StuckConsumer.made.clear()
+    reader = gaps.GapReader(Settings())
+    with pytest.raises(TimeoutError):
+        asyncio.run(asyncio.wait_for(reader.tail("t", [0], 4), 5))
+    assert [c.stopped for c in StuckConsumer.made] == [True]

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+DUMP_WAIT_S = 2.0  # for the processes to write their stacks (stop(dump=True))
+
 
 def free_port() -> int:
     """A TCP port that is free on 127.0.0.1 right now."""
@@ -200,8 +202,16 @@ class LocalCluster:
                 proc.popen.kill()
                 proc.popen.wait(10)
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM every process, wait, then SIGKILL what is left."""
+    def stop(self, timeout_s: float = 20.0, dump: bool = False) -> None:
+        """SIGTERM every process, wait, then SIGKILL what is left. With ``dump``, every live
+        process first writes its threads' and asyncio tasks' stacks to its log (SIGUSR1,
+        ``app.loop.install_stack_dump``): where a stalled scenario's processes were waiting."""
+        if dump:
+            live = [proc for proc in self.procs if proc.alive()]
+            for proc in live:
+                proc.popen.send_signal(signal.SIGUSR1)
+            if live:
+                time.sleep(DUMP_WAIT_S)
         for proc in self.procs:
             if proc.alive():
                 proc.popen.send_signal(signal.SIGTERM)
@@ -217,5 +227,5 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.stop(dump=exc_type is not None)  # left by an error: say where everyone was

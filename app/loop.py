@@ -38,7 +38,9 @@ def choose_event_loop() -> str:
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` on the chosen loop (the executor's entry point)."""
+    """``asyncio.run`` on the chosen loop (the executor's entry point), with the stack dump
+    on SIGUSR1 (``install_stack_dump``)."""
+    install_stack_dump()
     if wanted() == "uvloop":
         import uvloop
 
@@ -73,3 +75,35 @@ def tune_gc(gen0_threshold: int) -> None:
     if gen0_threshold > 0:
         _, gen1, gen2 = gc.get_threshold()
         gc.set_threshold(gen0_threshold, gen1, gen2)
+
+
+STACK_DUMP_SIGNAL = "SIGUSR1"
+
+
+def install_stack_dump() -> None:
+    """On SIGUSR1, write every thread's stack (faulthandler: even while the event loop is stuck
+    in a blocking call) and then every asyncio task's (where each coroutine awaits) to
+    stderr, the process's log. For a process that stopped making progress while alive: a
+    reliability scenario that fails sends it before stopping its processes
+    (``LocalCluster.stop(dump=True)``), and an operator can send it with ``kill -USR1``."""
+    import faulthandler
+    import signal
+    import sys
+
+    def dump_tasks(signum: int, frame: Any) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            print("stack dump: no event loop running in the main thread", file=sys.stderr)
+            return
+        tasks = asyncio.all_tasks(loop)
+        print(f"stack dump: {len(tasks)} asyncio task(s)", file=sys.stderr)
+        for task in tasks:
+            print(f"--- {task.get_name()} {task.get_coro()!r}", file=sys.stderr)
+            task.print_stack(limit=12, file=sys.stderr)
+        sys.stderr.flush()
+
+    sig = getattr(signal, STACK_DUMP_SIGNAL)
+    signal.signal(sig, dump_tasks)
+    # Threads first, from C (chain: then the tasks, from Python, once the loop gets control).
+    faulthandler.register(sig, file=sys.stderr, all_threads=True, chain=True)

@@ -48,11 +48,12 @@ def test_run_runs_the_coroutine_on_the_chosen_loop(monkeypatch: pytest.MonkeyPat
 
 
 STUCK = """
-import asyncio, sys
+import asyncio, functools
 from app.loop import run
 
 async def waiting_for_an_ack_that_never_comes():
-    print("ready", flush=True)
+    # "ready" once this task awaits (a signal while it runs would show it running instead)
+    asyncio.get_running_loop().call_soon(functools.partial(print, "ready", flush=True))
     await asyncio.Event().wait()
 
 run(waiting_for_an_ack_that_never_comes())

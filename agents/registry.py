@@ -17,7 +17,7 @@ from app.records import HeartbeatRecord, wire_fields
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import devices
 from app.topics import is_device_class
-from models.registry import check_calibration, check_kernel_ms, live_classes
+from models.registry import check_calibration, check_kernel_ms, check_setup_excess, live_classes
 from models.transfer import parse_link, parse_price
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ def parse_heartbeat(raw: bytes) -> HeartbeatRecord:
         parse_price(data.get("price_per_hour"))
         check_calibration(data.get("calibration"))
         check_kernel_ms(data.get("kernel_ms"))
+        check_setup_excess(data.get("setup_excess_ms"))
     except ValueError as exc:
         raise ValueError(f"heartbeat: {exc}") from None
     try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import os
 import signal
@@ -60,7 +61,7 @@ from models.ops import SpecError
 from models.transfer import Link
 from models.workload import decode_json_bounded
 from runtimes import Runtime
-from runtimes.calibrate import calibrate, calibrate_kernels, calibrates
+from runtimes.calibrate import calibrate, calibrate_kernels, calibrate_setup, calibrates
 from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import (
     Parsed,
@@ -128,10 +129,11 @@ class Executor:
         # Namespaced like the topics, so isolated deployments sharing a cluster never share a group.
         self.group_id = self.topics.executor_group(runtime.device_class)
         self.capabilities = [list(c) for c in runtime.capabilities()]
-        # Measured matmul rates per precision and reference kernels' ms (runtimes/calibrate.py),
-        # once `run` starts.
+        # Measured matmul rates per precision, reference kernels' ms and a new shape's setup
+        # beyond one execution per mode (runtimes/calibrate.py), once `run` starts.
         self.calibration: dict[str, float] | None = None
         self.kernel_ms: dict[str, dict[str, float]] | None = None
+        self.setup_excess_ms: dict[str, float] | None = None
         self.started_at_ms = now_ms()
         self.stopping = asyncio.Event()
         self._committing: asyncio.Task[None] | None = None  # the background commit
@@ -229,11 +231,16 @@ class Executor:
             # cores): the class's cold prior is built from what the first heartbeats say.
             began = time.perf_counter()
             self.calibration = await loop.run_in_executor(self.compute, calibrate, self.runtime)
-            self.kernel_ms = await loop.run_in_executor(self.compute, calibrate_kernels,
-                                                        self.runtime)
-            logger.info("calibrated %s in %.1f s: matmul GFLOP/s %s, %d reference kernels",
-                        self.runtime.device_class, time.perf_counter() - began,
-                        self.calibration, sum(len(v) for v in (self.kernel_ms or {}).values()))
+            setups: list[float] = []
+            self.kernel_ms = await loop.run_in_executor(
+                self.compute, functools.partial(calibrate_kernels, self.runtime, setups=setups))
+            self.setup_excess_ms = await loop.run_in_executor(self.compute, calibrate_setup,
+                                                              self.runtime, setups)
+            logger.info("calibrated %s in %.1f s: matmul GFLOP/s %s, %d reference kernels, "
+                        "setup of a new shape beyond one run (ms) %s", self.runtime.device_class,
+                        time.perf_counter() - began, self.calibration,
+                        sum(len(v) for v in (self.kernel_ms or {}).values()),
+                        self.setup_excess_ms)
         await producer.start()
         await consumer.start()
         heartbeats = asyncio.create_task(self._heartbeat_loop(producer, consumer))
@@ -595,6 +602,7 @@ class Executor:
             power_model=self.runtime.power_model.name if self.runtime.power_model else None,
             calibration=self.calibration,
             kernel_ms=self.kernel_ms,
+            setup_excess_ms=self.setup_excess_ms,
         )
         partition = await self._class_partition(producer, self.topics.heartbeats)
         await self._send(producer, self.topics.heartbeats, self.device_id, record.dumps(), partition)

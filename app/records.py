@@ -320,6 +320,12 @@ class HeartbeatRecord(_Wire):
     # cold prior bends each kind's roofline by how far its reference op missed it and takes
     # the per-call op's time as its overhead. Null where ``calibration`` is.
     kernel_ms: dict[str, dict[str, float]] | None = None
+    # Per mode, what the first run of a shape new to the executor costs beyond one execution
+    # (building, compiling, lazy initialisation), measured with ``calibration`` on the
+    # reference ops (runtimes/calibrate.py::calibrate_setup): the router's setup charge for
+    # a cold shape until workloads measured it (models/setup.py). Null where ``calibration``
+    # is.
+    setup_excess_ms: dict[str, float] | None = None
 
 
 class ResultRecord(_Wire):

@@ -7,13 +7,14 @@ A device record is the executor's last heartbeat (see ``app.records.HeartbeatRec
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from models.decision import Candidate
-from models.ops import PRECISIONS, Variant
+from models.ops import MODES, PRECISIONS, Variant
 from models.priors import is_rate, kernel_key, reference_kind
 from models.transfer import Link, parse_link, parse_price
 from models.workload import Workload
@@ -48,6 +49,10 @@ class ClassView:
     # and (models/priors.py::kernel_key, ms of that kind's reference op) from ``kernel_ms``;
     # () where none reported. models/priors.py::prior_for_class reads both.
     calibration: tuple[tuple[str, float], ...] = ()
+    # Per mode, the setup of a shape new to the class beyond one execution, as its live
+    # devices measured it when they started (heartbeats' ``setup_excess_ms``, the median over
+    # them): the setup charge of a cold shape until workloads measured it (models/setup.py).
+    setup_excess: tuple[tuple[str, float], ...] = ()
 
 
 def device_is_live(device: Mapping[str, Any], now_ms: float, timeout_s: float) -> bool:
@@ -95,6 +100,7 @@ def live_classes(devices: Iterable[Mapping[str, Any]], now_ms: float,
             cores=frozenset(core for m in members for core in _member_cores(m)),
             queues=frozenset(group for m in members if (group := _member_queue(m))),
             calibration=class_calibration(members),
+            setup_excess=class_setup_excess(members),
         )
     return views
 
@@ -131,6 +137,37 @@ def check_kernel_ms(kernel_ms: object) -> None:
             if not is_rate(ms):
                 raise ValueError(f"kernel_ms of {str(signature)[:40]} {precision} is {ms!r}, "
                                  "not a positive number")
+
+
+def check_setup_excess(setup_excess: object) -> None:
+    """ValueError unless ``setup_excess`` is null or maps known modes to finite ms >= 0 (a
+    heartbeat's ``setup_excess_ms``)."""
+    if setup_excess is None:
+        return
+    if not isinstance(setup_excess, Mapping):
+        raise ValueError("setup_excess_ms is an object of ms by mode, or null")
+    for mode, ms in setup_excess.items():
+        if mode not in MODES:
+            raise ValueError(f"setup_excess_ms names an unknown mode {str(mode)[:20]!r}")
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or not (
+                math.isfinite(ms) and ms >= 0):
+            raise ValueError(f"setup_excess_ms of {mode} is {ms!r}, not a number >= 0")
+
+
+def class_setup_excess(members: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, float], ...]:
+    """Sorted (mode, ms) pairs, each the median over the devices whose heartbeats'
+    ``setup_excess_ms`` report it (finite numbers >= 0 of known modes; anything else is
+    ignored)."""
+    values: dict[str, list[float]] = {}
+    for member in members:
+        reported = member.get("setup_excess_ms")
+        if not isinstance(reported, Mapping):
+            continue
+        for mode, ms in reported.items():
+            if (mode in MODES and not isinstance(ms, bool) and isinstance(ms, int | float)
+                    and math.isfinite(ms) and ms >= 0):
+                values.setdefault(str(mode), []).append(float(ms))
+    return tuple((mode, statistics.median(v)) for mode, v in sorted(values.items()))
 
 
 def class_calibration(members: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, float], ...]:

@@ -104,8 +104,14 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
         setup_ms, setup_runs, cold = 0.0, 0.0, False
         if not warm.is_warm(device_class, shape_key(signature, variant)):
             stored = snapshot.setup.get(device_class)
-            setup_ms, setup_runs = expected_setup(stored, kind, variant.mode)
-            cold = not setup_known(stored, kind, variant.mode)
+            if setup_known(stored, kind, variant.mode):
+                setup_ms, setup_runs = expected_setup(stored, kind, variant.mode)
+            else:  # what the class's executors measured when they started, if they did
+                calibrated = dict(view.setup_excess).get(variant.mode)
+                if calibrated is None:
+                    cold = True
+                else:
+                    setup_ms, setup_runs = calibrated, 1.0
         # One construction per candidate (``dataclasses.replace`` of a bare one cost twice).
         out.append(Candidate(
             device_class=device_class, variant=variant, live_instances=view.live_instances,

@@ -18,7 +18,11 @@ over one execution (``setup_ms - exec_ms``, at least 0: lazy initialisation, com
 the expected setup of a new shape is that excess plus one predicted execution
 (`Candidate.setup_runs`, added by the policy). Entries stored before (``ms`` without
 ``excess_ms``) are read as they were: a whole setup.
-``update_setup`` learns them; ``WarmRoutes`` remembers which (shape, variant) a decider has
+Before any workload measured a mode on a class, its executors' start-up measurement of the
+same excess on the reference ops (heartbeats' ``setup_excess_ms``, runtimes/calibrate.py::
+calibrate_setup; models/routing.py) is charged instead: eager JAX's first call of a shape cost
+264-666 ms on the live mix's layers while nothing was charged, and a one-queue fleet's first
+workloads queued behind them. ``update_setup`` learns them; ``WarmRoutes`` remembers which (shape, variant) a decider has
 already sent to each class (bounded, least recently used first out, like the executors' own
 caches). The policy charges the expected setup to candidates that are probably cold. With
 several executors in a class the first route warms only one of them: the estimate is optimistic

@@ -26,6 +26,7 @@ catalog entries are their priors; a 256^3 matmul on a GPU measures its launch, n
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 
 from models.ops import Variant, make_inputs
@@ -46,6 +47,10 @@ BUDGET_S = 0.5
 KERNEL_BUDGET_S = 4.0
 KERNEL_OPTION_BUDGET_S = 0.25
 KERNEL_RUNS = 3
+# The first call of the reference linear layer in each mode besides eager (a compilation:
+# 100-200 ms for JAX's on this machine): at most this long in all.
+SETUP_OP = "linear"
+SETUP_BUDGET_S = 1.0
 DISPATCH_RUNS = 20  # the per-call op takes microseconds: the best of many
 # Within a precision, the kinds the roofline misses most go first, so a budget spent early
 # (eager JAX sets up each op on its first call) leaves the GEMM-like kinds, which a measured
@@ -107,13 +112,17 @@ def _order(option: tuple[str, str]) -> tuple[bool, str, int, str]:
     return (precision != "fp32", precision, rank, point)
 
 
-def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s: float) -> float:
+def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s: float,
+             setups: list[float] | None = None) -> float:
     """The best of up to ``runs`` timed runs after a warm-up, fewer past ``budget_s`` but at
     least one: a first eager call may set up the op (eager JAX sets up each op on its first
-    call), so the warm-up is never the measurement."""
+    call), so the warm-up is never the measurement. ``setups`` receives the first call's
+    setup beyond one execution (``setup_excess``) where it was one."""
     inputs = make_inputs(op, seed=0)
     began = time.perf_counter()
-    runtime.execute(op, variant, inputs)
+    first = runtime.execute(op, variant, inputs)
+    if setups is not None and first.setup_ms is not None:
+        setups.append(setup_excess(first.setup_ms, first.exec_ms))
     best = float("inf")
     for done in range(max(runs, 1)):
         if done and time.perf_counter() - began > budget_s:
@@ -122,16 +131,24 @@ def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s
     return best
 
 
+def setup_excess(setup_ms: float, exec_ms: float) -> float:
+    """A first run's setup beyond one execution (building, compiling, lazy initialisation):
+    what models/setup.py learns from workloads, ``setup_ms - exec_ms``, at least 0."""
+    return max(0.0, float(setup_ms) - float(exec_ms))
+
+
 def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
                       option_budget_s: float = KERNEL_OPTION_BUDGET_S,
-                      runs: int = KERNEL_RUNS) -> dict[str, dict[str, float]] | None:
+                      runs: int = KERNEL_RUNS,
+                      setups: list[float] | None = None) -> dict[str, dict[str, float]] | None:
     """ms of each reference op (models/priors.py::REFERENCE_OPS) per eager precision
     ``runtime`` offers for its kind, keyed by the op's signature: after the per-call cost
     (models/priors.py::DISPATCH_OP, fp32, best of `DISPATCH_RUNS`), fp32 of every kind
     (`MISSED_MOST` first, then the out-of-cache ops, then the rest), then the other precisions
     (`MISSED_MOST` first within each), until ``budget_s`` is spent (at
     least one is measured; what is left keeps its roofline). None for a runtime that is not
-    calibrated."""
+    calibrated. ``setups`` receives each reference op's first-call setup beyond one execution
+    (``calibrate_setup`` reads them)."""
     if not calibrates(runtime):
         return None
     offered = {(kind, precision) for kind, precision, mode in runtime.capabilities()
@@ -154,7 +171,8 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
             break
         op = REFERENCE_POINTS[kind]
         try:
-            ms = _best_ms(runtime, op, Variant(precision, "eager"), runs, option_budget_s)
+            ms = _best_ms(runtime, op, Variant(precision, "eager"), runs, option_budget_s,
+                          setups)
         except VariantRefused:
             continue
         except Exception as exc:  # that kind keeps its roofline
@@ -164,3 +182,39 @@ def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
         if round(ms, 4) > 0.0:
             measured.setdefault(op.signature(), {})[precision] = round(ms, 4)
     return measured or None
+
+
+def calibrate_setup(runtime: Runtime, eager_setups: list[float],
+                    budget_s: float = SETUP_BUDGET_S) -> dict[str, float] | None:
+    """Per mode, the setup beyond one execution that a shape new to the executor costs, as the
+    router's prior before any workload measured it (heartbeats' ``setup_excess_ms``;
+    models/setup.py): eager, the median of the reference ops' first calls
+    (``calibrate_kernels``'s ``setups``); each other mode the runtime offers for an fp32
+    linear layer, the first call of the reference linear (``SETUP_OP``) in it (a
+    compilation), while ``budget_s`` lasts. Eager JAX sets up every op on its first call of a shape (264-666 ms for the live
+    mix's linear, mlp and conv2d layers on one core, against executions of 46-152 ms), where
+    torch and NumPy pay a few ms: a router that charged an unmeasured mode nothing sent its
+    first shapes there and queued everything behind the setups. None for a runtime that is
+    not calibrated or measured nothing."""
+    if not calibrates(runtime):
+        return None
+    out: dict[str, float] = {}
+    if eager_setups:
+        out["eager"] = round(float(statistics.median(eager_setups)), 3)
+    modes = sorted({mode for kind, precision, mode in runtime.capabilities()
+                    if kind == SETUP_OP and precision == "fp32" and mode != "eager"})
+    began = time.perf_counter()
+    for mode in modes:
+        if time.perf_counter() - began > budget_s:
+            break
+        op = REFERENCE_POINTS[SETUP_OP]
+        try:
+            first = runtime.execute(op, Variant("fp32", mode), make_inputs(op, seed=0))
+        except VariantRefused:
+            continue
+        except Exception as exc:  # that mode's setup stays unknown until a workload pays it
+            logger.warning("calibrating %s %s setup failed: %s", runtime.device_class, mode, exc)
+            continue
+        if first.setup_ms is not None:
+            out[mode] = round(setup_excess(first.setup_ms, first.exec_ms), 3)
+    return out or None

@@ -201,3 +201,21 @@ def test_the_measured_per_call_cost_replaces_the_runtimes_guess() -> None:
                            ).device.launch_overhead_s == guess
     assert prior_for_class("jax-cpu-x86", {kernel_key(DISPATCH, "fp32"): 5000.0}
                            ).device.launch_overhead_s == pytest.approx(1e-2)
+
+
+def test_a_class_takes_the_median_of_its_devices_setup_excess() -> None:
+    """Heartbeats' setup_excess_ms by mode become (mode, median ms) on the class; unknown
+    modes and unusable values are ignored by the class and refused by the heartbeat check."""
+    from models.registry import check_setup_excess, class_setup_excess
+
+    members = [{"setup_excess_ms": {"eager": 200.0, "compiled": 90.0}},
+               {"setup_excess_ms": {"eager": 100.0, "turbo": 1.0}},
+               {"setup_excess_ms": {"eager": 300.0, "compiled": float("nan")}},
+               {"setup_excess_ms": None}, {}]
+    assert class_setup_excess(members) == (("compiled", 90.0), ("eager", 200.0))
+    check_setup_excess(None)
+    check_setup_excess({"eager": 0.0, "compiled": 104})
+    for bad in ([1.0], {"turbo": 1.0}, {"eager": -1.0}, {"eager": True},
+                {"eager": float("inf")}, {"eager": "3"}):
+        with pytest.raises(ValueError, match="setup_excess_ms"):
+            check_setup_excess(bad)

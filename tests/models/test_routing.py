@@ -130,3 +130,25 @@ def test_route_fields_inflight_entry_and_decision_view_agree() -> None:
     view = decision_view(route)
     assert view["policy"] == "round_robin" and view["measured_ms"] is None
     assert view["decided_at_ms"] == 1234 and view["variant"] == decision.variant.to_dict()
+
+
+def test_a_cold_shape_of_an_unmeasured_mode_is_charged_what_the_executors_calibrated() -> None:
+    """Before any workload measured a mode's setup, the class's executors' start-up
+    measurement (heartbeats' ``setup_excess_ms``) is the charge: eager JAX's first call of a
+    shape cost 264-666 ms on the live mix where nothing was charged, and the router sent its
+    first shapes there. A measured setup still comes first; a class without either stays
+    cold (unknown)."""
+    import dataclasses
+
+    base = snapshot()
+    classes = dict(base.classes)
+    classes["jax-cpu-x"] = dataclasses.replace(
+        classes["jax-cpu-x"], setup_excess=(("compiled", 90.0), ("eager", 211.0)))
+    calibrated = dataclasses.replace(base, classes=classes)
+    got = {(c.device_class, c.variant.mode): c
+           for c in offers(workload(), calibrated, WarmRoutes())}
+    eager = got[("jax-cpu-x", "eager")]
+    assert (eager.setup_ms, eager.setup_runs, eager.cold) == (211.0, 1.0, False)
+    compiled = got[("jax-cpu-x", "compiled")]
+    assert compiled.setup_ms == 150.0 and compiled.setup_runs == 0.0  # measured: it wins
+    assert got[("numpy-cpu-x", "eager")].cold  # nothing calibrated, nothing measured

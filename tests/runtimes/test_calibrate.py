@@ -92,3 +92,31 @@ def test_past_fp32_the_kinds_the_roofline_misses_most_come_first() -> None:
     after = [point for point, precision in order[9:] if precision == order[9][1]]
     assert set(after[:len(MISSED_MOST)]) == MISSED_MOST
     assert not any(str(point).endswith(".large") for point, _ in order[9:])
+
+
+def test_the_setup_of_a_new_shape_is_measured_per_mode_from_the_first_calls() -> None:
+    """The reference ops' first calls give eager's setup beyond one execution (their median),
+    and a mode besides eager is measured on the reference linear's first call in it; what
+    the router charges a cold shape before a workload measured it."""
+    import statistics
+
+    from runtimes.calibrate import calibrate_setup
+
+    runtime = get_runtime("numpy", "cpu")
+    setups: list[float] = []
+    calibrate_kernels(runtime, runs=1, setups=setups)
+    assert setups and all(ms >= 0.0 for ms in setups)  # one per reference op, all first calls
+    got = calibrate_setup(runtime, setups)
+    assert got is not None and got["eager"] == round(statistics.median(setups), 3)
+    assert set(got) == {"eager"}  # NumPy offers no compiled mode
+    assert calibrate_setup(get_runtime("sim", "h100"), [1.0]) is None
+
+
+def test_a_compiling_mode_is_charged_its_first_call() -> None:
+    """JAX compiles: its compiled mode's setup is the reference linear's first call beyond
+    one execution (a compilation, far above the execution of a 256x512x512 layer)."""
+    from runtimes.calibrate import calibrate_setup
+
+    runtime = get_runtime("jax", "cpu", threads=1)
+    got = calibrate_setup(runtime, [])
+    assert got is not None and set(got) == {"compiled"} and got["compiled"] > 0.0

@@ -41,10 +41,9 @@ def _worker(ns: argparse.Namespace) -> int:
 
     if ns.web_port is not None:
         os.environ["SWITCHYARD_WEB_PORT"] = str(ns.web_port)
-    from app.loop import choose_event_loop, install_stack_dump
+    from app.loop import choose_event_loop
 
     choose_event_loop()  # before Faust is imported
-    install_stack_dump()
     from app.main import main as faust_main  # reads the settings from the environment
 
     level = {"warning": "warn", "critical": "crit"}.get(ns.loglevel, ns.loglevel)

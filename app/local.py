@@ -204,8 +204,9 @@ class LocalCluster:
 
     def stop(self, timeout_s: float = 20.0, dump: bool = False) -> None:
         """SIGTERM every process, wait, then SIGKILL what is left. With ``dump``, every live
-        process first writes its threads' and asyncio tasks' stacks to its log (SIGUSR1,
-        ``app.loop.install_stack_dump``): where a stalled scenario's processes were waiting."""
+        process first writes its threads' and asyncio tasks' stacks to its log (SIGUSR1:
+        ``app.loop.install_stack_dump`` in the executors, mode's own in the Faust worker):
+        where a stalled scenario's processes were waiting."""
         if dump:
             live = [proc for proc in self.procs if proc.alive()]
             for proc in live:

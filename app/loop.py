@@ -85,7 +85,10 @@ def install_stack_dump() -> None:
     in a blocking call) and then every asyncio task's (where each coroutine awaits) to
     stderr, the process's log. For a process that stopped making progress while alive: a
     reliability scenario that fails sends it before stopping its processes
-    (``LocalCluster.stop(dump=True)``), and an operator can send it with ``kill -USR1``."""
+    (``LocalCluster.stop(dump=True)``), and an operator can send it with ``kill -USR1``.
+    Installed by the executors (``run``); the Faust worker has its own on the same signal
+    (mode's ``Worker`` "cry": every thread and every task with their locals, written by its
+    event loop), which replaces this one there."""
     import faulthandler
     import signal
     import sys

@@ -82,6 +82,9 @@ STOP_RETRY_S = 30.0
 ENVELOPE_BYTES = 64 * 1024
 # Within a long batch, commit what is acknowledged at least this often (bounds redone work).
 COMMIT_EVERY_S = 1.0
+# A commit that has neither succeeded nor failed after this long is given up (the record will
+# be redone): aiokafka's commit waits for the group coordinator without a bound of its own.
+COMMIT_TIMEOUT_S = 30.0
 # A metric batch stays well under the broker's default record size limit (1 MB).
 METRIC_BATCH_MAX_BYTES = 512 * 1024
 # Heartbeats name the host: with the pinned cores, it tells the router which executors share
@@ -93,6 +96,29 @@ def default_device_id(runtime: Runtime) -> str:
     """``host-runtime-device-pid``, topic-key safe."""
     device = runtime.device.replace(":", "")
     return f"{HOST}-{runtime.name}-{device}-{os.getpid()}"
+
+
+async def commit_or_give_up(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int,
+                            timeout_s: float | None = None) -> bool:
+    """Commit ``offset`` of ``tp``; False, logged, when the commit failed or did not finish
+    within ``timeout_s`` (``COMMIT_TIMEOUT_S``): the record will be redone by whoever holds the
+    partition next, and the worker drops the duplicate outcome. Partition revoked mid-op is
+    the usual failure. The bound: aiokafka's commit first waits for the group coordinator,
+    for ever if its coordination never recovers (in a CI run of the broker-kill scenario one
+    executor's consumer logged its coordinator dead as the broker went and never found it
+    again; that executor ran nothing more and never stopped cleanly — whether this wait held
+    it is not confirmed). Given up, the executor goes on fetching and running its routes."""
+    limit = COMMIT_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        async with asyncio.timeout(limit):
+            await consumer.commit({tp: offset})
+        return True
+    except (CommitFailedError, KafkaError) as exc:
+        logger.warning("commit of %s@%d failed (%s); the record will be redone", tp, offset, exc)
+    except TimeoutError:
+        logger.error("commit of %s@%d did not finish within %.0f s (the consumer's group "
+                     "coordination may be stuck); the record will be redone", tp, offset, limit)
+    return False
 
 
 class Executor:
@@ -388,14 +414,7 @@ class Executor:
             await self._commit(consumer, tp, offset)
 
     async def _commit(self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> None:
-        try:
-            await consumer.commit({tp: offset})
-        except (CommitFailedError, KafkaError) as exc:
-            # Partition revoked mid-op: its new owner redoes the workload, and the worker
-            # drops the duplicate outcome.
-            logger.warning(
-                "commit of %s@%d failed (%s); the record will be redone", tp, offset, exc
-            )
+        await commit_or_give_up(consumer, tp, offset)
 
     async def _run_plan(self, producer: RenewingProducer, batch: list[tuple[Any, Any]]
                         ) -> AsyncIterator[tuple[list[int], list[asyncio.Task[None]]]]:

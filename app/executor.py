@@ -46,6 +46,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from app import topics
 from app.admin import contract_topics, ensure_topics
+from app.coordinator_watch import CoordinatorWatch
 from app.executor_plan import Plan, committable, limits_from
 from app.producing import RenewingProducer
 from app.records import (
@@ -82,6 +83,10 @@ STOP_RETRY_S = 30.0
 ENVELOPE_BYTES = 64 * 1024
 # Within a long batch, commit what is acknowledged at least this often (bounds redone work).
 COMMIT_EVERY_S = 1.0
+# How long the consumer's group coordinator may stay unknown before the executor reports where
+# the consumer is and wakes its metadata synchronizer (app/coordinator_watch.py): 2x aiokafka's
+# default session timeout, as the worker's watch uses 2x its own.
+COORDINATOR_WATCH_S = 20.0
 # A commit that has neither succeeded nor failed after this long is given up (the record will
 # be redone): aiokafka's commit waits for the group coordinator without a bound of its own.
 COMMIT_TIMEOUT_S = 30.0
@@ -627,6 +632,10 @@ class Executor:
         await self._send(producer, self.topics.heartbeats, self.device_id, record.dumps(), partition)
 
     async def _heartbeat_loop(self, producer: RenewingProducer, consumer: AIOKafkaConsumer) -> None:
+        """A heartbeat every ``heartbeat_interval_s``; on the same beat, the consumer's group
+        coordinator is watched (app/coordinator_watch.py: found again, or woken, when aiokafka
+        stops looking for it after a broker fault)."""
+        watch = CoordinatorWatch(after_s=COORDINATOR_WATCH_S)
         while True:
             try:
                 await self._heartbeat(producer, consumer)
@@ -634,4 +643,8 @@ class Executor:
                 raise
             except Exception as exc:  # a missed heartbeat is survivable; dying here is not
                 logger.warning("heartbeat failed: %s", exc)
+            try:
+                watch.check_here(consumer, time.monotonic())
+            except Exception as exc:  # aiokafka's private state moved: the watch is lost, not us
+                logger.warning("coordinator watch failed: %s", exc)
             await asyncio.sleep(self.settings.heartbeat_interval_s)

@@ -54,6 +54,10 @@ from faust.transport.producer import ProducerBuffer
 from mode.services import WaitResults
 
 from app import eager
+from app.coordinator_watch import CoordinatorWatch as _CoordinatorWatch
+from app.coordinator_watch import await_chain as _await_chain  # noqa: F401 - re-exported
+from app.coordinator_watch import metadata_state  # noqa: F401 - re-exported
+from app.coordinator_watch import task_stacks as _task_stacks  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
 TESTED_FAUST = "0.15"
@@ -642,86 +646,16 @@ def aiokafka_consumer(app: Any) -> Any | None:
     return getattr(thread, "_consumer", None)
 
 
-def _await_chain(coro: Any) -> list[str]:
-    """The frames a suspended coroutine waits in, outermost first (``cr_await`` followed down
-    to the future it waits on; ``Task.get_stack`` gives only the outermost frame)."""
-    frames = []
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
-            break
-        frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return frames
-
-
-def _task_stacks(loop: asyncio.AbstractEventLoop) -> list[str]:
-    """Every pending task of ``loop`` with the frames it is suspended in (call in ``loop``)."""
-    return sorted(f"{task.get_name()}: {' > '.join(_await_chain(task.get_coro())) or '-'}"
-                  for task in asyncio.all_tasks(loop))
-
-
-def metadata_state(client: Any) -> dict[str, Any]:
-    """The aiokafka client's metadata machinery: a pending forced update nobody serves is how
-    a consumer can stop looking for its group coordinator (see ``CoordinatorWatch``)."""
-    sync_task, fut, waiter = client._sync_task, client._md_update_fut, client._md_update_waiter
-    return {
-        "sync_task_done": sync_task is None or sync_task.done(),
-        "sync_task_error": (repr(sync_task.exception()) if sync_task is not None
-                            and sync_task.done() and not sync_task.cancelled() else None),
-        "update_pending": fut is not None and not fut.done(),
-        "waiter_done": waiter.done(),
-    }
-
-
-class CoordinatorWatch:
-    """Notices the worker's group coordinator staying unknown, says where the consumer is
-    stuck, and wakes what can be woken.
-
-    After a broker was killed in a CI run (tests/reliability/test_broker_faults.py, about one
-    run in five), aiokafka marked the group coordinator dead, its coordination routine logged
-    one failed lookup and never another: the worker went on fetching and producing, but
-    committed nothing more. ``check`` (the worker's timer) measures how long the coordinator has
-    been unknown; past ``after_s`` it logs, from inside the consumer's thread, the metadata
-    machinery's state and every task's stack, and — if the client's metadata synchronizer died
-    or sleeps while a forced update waits for it — wakes or restarts it, so the pending lookup
-    goes on. It never touches a consumer whose coordinator is known.
-    """
-
-    def __init__(self, after_s: float) -> None:
-        self.after_s = after_s
-        self.unknown_since: float | None = None
-        self.reports = 0
+class CoordinatorWatch(_CoordinatorWatch):
+    """``app.coordinator_watch.CoordinatorWatch`` on the worker's consumer, which lives in
+    Faust's consumer thread: the report and the wake-up are scheduled into that thread."""
 
     def check(self, app: Any, now: float) -> bool:
         """True when the coordinator has been unknown longer than ``after_s`` (and a report
         and a wake-up were scheduled into the consumer's thread)."""
         consumer = aiokafka_consumer(app)
-        coordinator = getattr(consumer, "_coordinator", None)
-        if coordinator is None or coordinator.coordinator_id is not None:
-            self.unknown_since = None
+        if not self.due(consumer, now):
             return False
-        if self.unknown_since is None:
-            self.unknown_since = now
-        if now - self.unknown_since < self.after_s:
-            return False
-        self.reports += 1
-        self.unknown_since = now  # the next report, if still stuck, after another after_s
         thread_loop = app.consumer._thread.thread_loop
         thread_loop.call_soon_threadsafe(self.report_and_wake, consumer, thread_loop)
         return True
-
-    def report_and_wake(self, consumer: Any, loop: asyncio.AbstractEventLoop) -> None:
-        """In the consumer's thread: log where it is, then wake the metadata synchronizer."""
-        client = consumer._client
-        state = metadata_state(client)
-        logger.warning("group coordinator unknown for over %.0f s (report %d); consumer "
-                       "metadata %s; lookup lock held: %s; tasks:\n  %s", self.after_s,
-                       self.reports, state, consumer._coordinator._coordinator_lookup_lock.locked(),
-                       "\n  ".join(_task_stacks(loop)))
-        if state["sync_task_done"]:
-            logger.warning("restarting the consumer client's metadata synchronizer")
-            client._sync_task = loop.create_task(client._md_synchronizer())
-        elif state["update_pending"] and not state["waiter_done"]:
-            logger.warning("waking the consumer client's metadata synchronizer")
-            client._md_update_waiter.set_result(None)

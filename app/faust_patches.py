@@ -55,7 +55,6 @@ from mode.services import WaitResults
 
 from app import eager
 from app.coordinator_watch import CoordinatorWatch as _CoordinatorWatch
-from app.coordinator_watch import await_chain as _await_chain  # noqa: F401 - re-exported
 from app.coordinator_watch import metadata_state  # noqa: F401 - re-exported
 from app.coordinator_watch import task_stacks as _task_stacks  # noqa: F401 - re-exported
 

@@ -139,6 +139,12 @@ def check_kernel_ms(kernel_ms: object) -> None:
                                  "not a positive number")
 
 
+def _is_setup_ms(ms: object) -> bool:
+    """A usable setup time: a finite number >= 0 (not a bool)."""
+    return (isinstance(ms, int | float) and not isinstance(ms, bool) and math.isfinite(ms)
+            and ms >= 0)
+
+
 def check_setup_excess(setup_excess: object) -> None:
     """ValueError unless ``setup_excess`` is null or maps known modes to finite ms >= 0 (a
     heartbeat's ``setup_excess_ms``)."""
@@ -149,8 +155,7 @@ def check_setup_excess(setup_excess: object) -> None:
     for mode, ms in setup_excess.items():
         if mode not in MODES:
             raise ValueError(f"setup_excess_ms names an unknown mode {str(mode)[:20]!r}")
-        if isinstance(ms, bool) or not isinstance(ms, int | float) or not (
-                math.isfinite(ms) and ms >= 0):
+        if not _is_setup_ms(ms):
             raise ValueError(f"setup_excess_ms of {mode} is {ms!r}, not a number >= 0")
 
 
@@ -164,8 +169,7 @@ def class_setup_excess(members: Iterable[Mapping[str, Any]]) -> tuple[tuple[str,
         if not isinstance(reported, Mapping):
             continue
         for mode, ms in reported.items():
-            if (mode in MODES and not isinstance(ms, bool) and isinstance(ms, int | float)
-                    and math.isfinite(ms) and ms >= 0):
+            if mode in MODES and _is_setup_ms(ms):
                 values.setdefault(str(mode), []).append(float(ms))
     return tuple((mode, statistics.median(v)) for mode, v in sorted(values.items()))
 

@@ -39,6 +39,13 @@ ALPHA = 0.3  # weight of a new setup measurement in the running mean
 WARM_ROUTES = 512  # (shape, variant) pairs remembered per class, as runtimes/base.py keeps warm
 
 
+def setup_excess(setup_ms: float, exec_ms: float) -> float:
+    """A first run's setup beyond one execution (building, compiling, lazy initialisation),
+    ``setup_ms - exec_ms``, at least 0: what ``update_setup`` learns from workloads and what
+    executors measure on the reference ops at start (runtimes/calibrate.py)."""
+    return max(0.0, float(setup_ms) - float(exec_ms))
+
+
 def update_setup(stored: Mapping[str, Any] | None,
                  rows: Iterable[tuple[str, str, float, float]]) -> dict[str, Any]:
     """``stored`` (the class's running means, or None) updated with ``(kind, mode, setup_ms,
@@ -48,7 +55,7 @@ def update_setup(stored: Mapping[str, Any] | None,
     for kind, mode, ms, exec_ms in rows:
         if not ms >= 0.0:
             continue
-        excess = max(0.0, float(ms) - float(exec_ms)) if exec_ms >= 0.0 else float(ms)
+        excess = setup_excess(ms, exec_ms) if exec_ms >= 0.0 else float(ms)
         for key in (f"{kind}/{mode}", mode):
             entry = out.get(key)
             if entry is None or "excess_ms" not in entry:  # new, or stored before the excess

@@ -32,6 +32,7 @@ import time
 from models.ops import Variant, make_inputs
 from models.opspecs import MatmulSpec, OpSpec
 from models.priors import DISPATCH_OP, LARGE, OUT_OF_CACHE_OPS, REFERENCE_POINTS
+from models.setup import setup_excess
 from runtimes.base import Runtime, VariantRefused
 
 logger = logging.getLogger(__name__)
@@ -131,12 +132,6 @@ def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s
     return best
 
 
-def setup_excess(setup_ms: float, exec_ms: float) -> float:
-    """A first run's setup beyond one execution (building, compiling, lazy initialisation):
-    what models/setup.py learns from workloads, ``setup_ms - exec_ms``, at least 0."""
-    return max(0.0, float(setup_ms) - float(exec_ms))
-
-
 def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,
                       option_budget_s: float = KERNEL_OPTION_BUDGET_S,
                       runs: int = KERNEL_RUNS,
@@ -191,9 +186,9 @@ def calibrate_setup(runtime: Runtime, eager_setups: list[float],
     models/setup.py): eager, the median of the reference ops' first calls
     (``calibrate_kernels``'s ``setups``); each other mode the runtime offers for an fp32
     linear layer, the first call of the reference linear (``SETUP_OP``) in it (a
-    compilation), while ``budget_s`` lasts. Eager JAX sets up every op on its first call of a shape (264-666 ms for the live
-    mix's linear, mlp and conv2d layers on one core, against executions of 46-152 ms), where
-    torch and NumPy pay a few ms: a router that charged an unmeasured mode nothing sent its
+    compilation), while ``budget_s`` lasts. Eager JAX sets up every op on its first call of
+    a shape (264-666 ms for the live mix's linear, mlp and conv2d layers on one core, against
+    executions of 46-152 ms), where torch and NumPy pay a few ms: a router that charged an unmeasured mode nothing sent its
     first shapes there and queued everything behind the setups. None for a runtime that is
     not calibrated or measured nothing."""
     if not calibrates(runtime):
@@ -203,11 +198,11 @@ def calibrate_setup(runtime: Runtime, eager_setups: list[float],
         out["eager"] = round(float(statistics.median(eager_setups)), 3)
     modes = sorted({mode for kind, precision, mode in runtime.capabilities()
                     if kind == SETUP_OP and precision == "fp32" and mode != "eager"})
+    op = REFERENCE_POINTS[SETUP_OP]
     began = time.perf_counter()
     for mode in modes:
         if time.perf_counter() - began > budget_s:
             break
-        op = REFERENCE_POINTS[SETUP_OP]
         try:
             first = runtime.execute(op, Variant("fp32", mode), make_inputs(op, seed=0))
         except VariantRefused:

@@ -5,9 +5,9 @@ whose bf16 runs at half the fp32 rate, the same for every runtime. That guess is
 ways on real machines: on a Xeon with AMX, torch's bf16 matmul ran ~2x *faster* than its fp32
 (BENCHMARKS.md, *Model layers*: torch bf16 measured fastest where the router kept fp32 was 37
 of the 49 late misses), and JAX's bf16 on the same machine ran slower than its fp32. So each
-executor measures, before it serves: one eager matmul per precision it offers, best of a few
-runs (interference from a neighbour on a shared core only ever slows a run), in the threads
-and cores it was given. Its heartbeats carry the rates (``calibration``, GFLOP/s by precision),
+executor measures, before it serves: one eager matmul per precision it offers, the best of
+its runs over a tenth of a second (interference from a neighbour on a shared core only ever
+slows a run; `MEASURE_S`), in the threads and cores it was given. Its heartbeats carry the rates (``calibration``, GFLOP/s by precision),
 and the worker builds the class's prior from them (models/priors.py::prior_for_class).
 
 A few milliseconds per precision; a precision whose first run takes longer than the budget is
@@ -28,6 +28,9 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Callable
+
+import numpy as np
 
 from models.ops import Variant, make_inputs
 from models.opspecs import MatmulSpec, OpSpec
@@ -42,6 +45,17 @@ logger = logging.getLogger(__name__)
 SIZE = 256
 RUNS = 5
 BUDGET_S = 0.5
+# Each measurement keeps timing runs until this long was spent (and at least its ``runs``),
+# at most `MAX_RUNS`: the best of a handful of sub-millisecond runs is not the steady rate. On
+# one AMD EPYC core torch's fp32 256^3 rate read 35-65 GFLOP/s over eight calibrations of
+# five runs each (the executor's first, the one it serves with, 35) and 65-81 with runs for
+# 0.1 s, the rate its 1024^3 matmul reaches (75): its prior put torch's GEMM-like kinds at
+# 1.6-1.9x their time (BENCHMARKS.md, *Cold priors*), and a one-queue fleet kept its
+# convolutions and batched matmuls on NumPy. A slow period or a neighbour's turn on a shared
+# core only ever slows a run, and many short runs find the clean ones.
+MEASURE_S = 0.1
+KERNEL_MEASURE_S = 0.05
+MAX_RUNS = 200
 # The reference kernels: at most this long in all (the executor's startup), and this long per
 # (kind, precision) before its best run so far stands (a slow emulated precision is measured
 # from its first timed run after the warm-up; the warm-up never counts).
@@ -68,7 +82,8 @@ def calibrates(runtime: Runtime) -> bool:
 def calibrate(runtime: Runtime, size: int = SIZE, runs: int = RUNS,
               budget_s: float = BUDGET_S) -> dict[str, float] | None:
     """GFLOP/s of a ``size``-cubed eager matmul in each precision ``runtime`` offers for it (the
-    best of ``runs`` timed runs after its warm-up, fewer when they exceed ``budget_s``); None
+    best of at least ``runs`` timed runs, more until `MEASURE_S` is spent, fewer when they
+    exceed ``budget_s``: `best_of`); None
     for a runtime that is not calibrated or offers no eager matmul."""
     if not calibrates(runtime):
         return None
@@ -79,13 +94,9 @@ def calibrate(runtime: Runtime, size: int = SIZE, runs: int = RUNS,
         spec = MatmulSpec(m=size, k=size, n=size)
         variant = Variant(precision, "eager")
         inputs = make_inputs(spec, seed=0)
-        best_ms = float("inf")
-        began = time.perf_counter()
         try:
-            for _ in range(max(runs, 1)):
-                best_ms = min(best_ms, runtime.execute(spec, variant, inputs).exec_ms)
-                if time.perf_counter() - began > budget_s:
-                    break
+            best_ms = best_of(_timer(runtime, spec, variant, inputs), runs, budget_s,
+                              MEASURE_S)
         except VariantRefused:
             continue
         except Exception as exc:  # a calibration that fails leaves the generic prior in place
@@ -115,8 +126,9 @@ def _order(option: tuple[str, str]) -> tuple[bool, str, int, str]:
 
 def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s: float,
              setups: list[float] | None = None) -> float:
-    """The best of up to ``runs`` timed runs after a warm-up, fewer past ``budget_s`` but at
-    least one: a first eager call may set up the op (eager JAX sets up each op on its first
+    """The best of at least ``runs`` timed runs after a warm-up, more until `KERNEL_MEASURE_S`
+    is spent, fewer past ``budget_s`` but at least one (`best_of`): a first eager call may set
+    up the op (eager JAX sets up each op on its first
     call), so the warm-up is never the measurement. ``setups`` receives the first call's
     setup beyond one execution (``setup_excess``) where it was one."""
     inputs = make_inputs(op, seed=0)
@@ -124,12 +136,29 @@ def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s
     first = runtime.execute(op, variant, inputs)
     if setups is not None and first.setup_ms is not None:
         setups.append(setup_excess(first.setup_ms, first.exec_ms))
+    left_s = budget_s - (time.perf_counter() - began)  # the warm-up counts against the budget
+    return best_of(_timer(runtime, op, variant, inputs), runs, left_s, KERNEL_MEASURE_S)
+
+
+def _timer(runtime: Runtime, op: OpSpec, variant: Variant,
+           inputs: dict[str, np.ndarray]) -> Callable[[], float]:
+    """One timed run of ``op`` on ``inputs``: its execution's ms."""
+    return lambda: runtime.execute(op, variant, inputs).exec_ms
+
+
+def best_of(run: Callable[[], float], runs: int, budget_s: float, measure_s: float,
+            max_runs: int = MAX_RUNS) -> float:
+    """The least of ``run()``'s times (ms): at least one run; then runs until ``runs`` were
+    made and ``measure_s`` was spent (at most ``max_runs``), none started past ``budget_s``."""
+    began = time.perf_counter()
     best = float("inf")
-    for done in range(max(runs, 1)):
-        if done and time.perf_counter() - began > budget_s:
-            break
-        best = min(best, runtime.execute(op, variant, inputs).exec_ms)
-    return best
+    done = 0
+    while True:
+        best = min(best, float(run()))
+        done += 1
+        elapsed = time.perf_counter() - began
+        if done >= max_runs or elapsed > budget_s or (done >= runs and elapsed >= measure_s):
+            return best
 
 
 def calibrate_kernels(runtime: Runtime, budget_s: float = KERNEL_BUDGET_S,

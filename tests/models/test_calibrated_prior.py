@@ -3,6 +3,7 @@ models/priors.py, models/registry.py, models/decision.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -123,9 +124,20 @@ def test_a_kind_measured_in_and_out_of_the_cache_bends_by_size() -> None:
         kernel_key("softmax.large", "fp32"): large_ms, kernel_key("softmax", "bf16"): 20.0})
     assert math.exp(two.roofline_log_ms(small, FP32)) == pytest.approx(10.0, rel=1e-6)
     assert math.exp(two.roofline_log_ms(large, FP32)) == pytest.approx(large_ms, rel=0.01)
+    # Between the points, with the last-level cache far above both: linear in ln bytes.
     between = parse_op({"kind": "softmax", "rows": 4096, "dim": 2048})
-    factor = two.kind_factor("softmax", "fp32", between.bytes_moved("fp32"))
+    roomy = dataclasses.replace(two, cache_bytes=(32e3, 1e6, 1e12))
+    factor = roomy.kind_factor("softmax", "fp32", between.bytes_moved("fp32"))
     assert 1.05 * small_factor < factor < 0.95 * 3.0 * small_factor
+    # With a 32 MB L3 between them, the change happens from 32 to 64 MB: a 67 MB softmax is
+    # at the large factor, a 48 MB one between, the small point at its own.
+    l3 = dataclasses.replace(two, cache_bytes=(32e3, 1e6, 32e6))
+    assert l3.kind_factor("softmax", "fp32", between.bytes_moved("fp32")) == pytest.approx(
+        3.0 * small_factor, rel=0.01)
+    assert (1.05 * small_factor < l3.kind_factor("softmax", "fp32", 48e6)
+            < 0.95 * 3.0 * small_factor)
+    assert l3.kind_factor("softmax", "fp32", small.bytes_moved("fp32")) == pytest.approx(
+        small_factor)
     # (the measured time less the per-call overhead is the work: within 1 % of 3x)
     assert two.kind_factor("softmax", "fp32", 1e12) == pytest.approx(3.0 * small_factor, rel=0.01)
     assert two.kind_factor("softmax", "fp32", 1.0) == pytest.approx(small_factor)

@@ -120,3 +120,28 @@ def test_a_compiling_mode_is_charged_its_first_call() -> None:
     runtime = get_runtime("jax", "cpu", threads=1)
     got = calibrate_setup(runtime, [])
     assert got is not None and set(got) == {"compiled"} and got["compiled"] > 0.0
+
+
+def test_a_measurement_runs_until_its_time_is_spent_and_keeps_the_best() -> None:
+    """`best_of`: at least ``runs`` runs and, past them, more until ``measure_s`` is spent (at
+    most ``max_runs``), none started past the budget but always one. A runtime whose first
+    runs are slow (torch's 256^3 matmul on one AMD EPYC core read 35 GFLOP/s from five runs,
+    65-81 from a tenth of a second of them) is measured at its steady time."""
+    from runtimes.calibrate import best_of
+
+    def runs_of(times: list[float]):
+        made: list[float] = []
+
+        def run() -> float:
+            made.append(times[min(len(made), len(times) - 1)])
+            return made[-1]
+        return run, made
+
+    warming = [35.0, 30.0, 20.0, 12.0, 10.0, 10.0]
+    run, made = runs_of(warming)
+    assert best_of(run, runs=2, budget_s=60.0, measure_s=0.0) == 30.0 and len(made) == 2
+    run, made = runs_of(warming)
+    assert best_of(run, runs=2, budget_s=60.0, measure_s=60.0, max_runs=8) == 10.0
+    assert len(made) == 8
+    run, made = runs_of(warming)
+    assert best_of(run, runs=5, budget_s=-1.0, measure_s=60.0) == 35.0 and len(made) == 1

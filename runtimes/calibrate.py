@@ -82,8 +82,8 @@ def calibrates(runtime: Runtime) -> bool:
 def calibrate(runtime: Runtime, size: int = SIZE, runs: int = RUNS,
               budget_s: float = BUDGET_S) -> dict[str, float] | None:
     """GFLOP/s of a ``size``-cubed eager matmul in each precision ``runtime`` offers for it (the
-    best of at least ``runs`` timed runs, more until `MEASURE_S` is spent, fewer when they
-    exceed ``budget_s``: `best_of`); None
+    best of at least ``runs`` timed runs after a warm-up, more until `MEASURE_S` is spent,
+    fewer when they exceed ``budget_s``: `best_of`); None
     for a runtime that is not calibrated or offers no eager matmul."""
     if not calibrates(runtime):
         return None
@@ -93,10 +93,8 @@ def calibrate(runtime: Runtime, size: int = SIZE, runs: int = RUNS,
     for precision in precisions:
         spec = MatmulSpec(m=size, k=size, n=size)
         variant = Variant(precision, "eager")
-        inputs = make_inputs(spec, seed=0)
-        try:
-            best_ms = best_of(_timer(runtime, spec, variant, inputs), runs, budget_s,
-                              MEASURE_S)
+        try:  # after a warm-up: JAX compiles its eager matmul on the first call (~0.2 s)
+            best_ms = _best_ms(runtime, spec, variant, runs, budget_s, measure_s=MEASURE_S)
         except VariantRefused:
             continue
         except Exception as exc:  # a calibration that fails leaves the generic prior in place
@@ -125,8 +123,9 @@ def _order(option: tuple[str, str]) -> tuple[bool, str, int, str]:
 
 
 def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s: float,
-             setups: list[float] | None = None) -> float:
-    """The best of at least ``runs`` timed runs after a warm-up, more until `KERNEL_MEASURE_S`
+             setups: list[float] | None = None,
+             measure_s: float = KERNEL_MEASURE_S) -> float:
+    """The best of at least ``runs`` timed runs after a warm-up, more until ``measure_s``
     is spent, fewer past ``budget_s`` but at least one (`best_of`): a first eager call may set
     up the op (eager JAX sets up each op on its first
     call), so the warm-up is never the measurement. ``setups`` receives the first call's
@@ -137,7 +136,7 @@ def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s
     if setups is not None and first.setup_ms is not None:
         setups.append(setup_excess(first.setup_ms, first.exec_ms))
     left_s = budget_s - (time.perf_counter() - began)  # the warm-up counts against the budget
-    return best_of(_timer(runtime, op, variant, inputs), runs, left_s, KERNEL_MEASURE_S)
+    return best_of(_timer(runtime, op, variant, inputs), runs, left_s, measure_s)
 
 
 def _timer(runtime: Runtime, op: OpSpec, variant: Variant,

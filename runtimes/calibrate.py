@@ -6,12 +6,13 @@ ways on real machines: on a Xeon with AMX, torch's bf16 matmul ran ~2x *faster* 
 (BENCHMARKS.md, *Model layers*: torch bf16 measured fastest where the router kept fp32 was 37
 of the 49 late misses), and JAX's bf16 on the same machine ran slower than its fp32. So each
 executor measures, before it serves: one eager matmul per precision it offers, the best of
-its runs over a tenth of a second (interference from a neighbour on a shared core only ever
-slows a run; `MEASURE_S`), in the threads and cores it was given. Its heartbeats carry the rates (``calibration``, GFLOP/s by precision),
-and the worker builds the class's prior from them (models/priors.py::prior_for_class).
+its runs over a tenth of a second after a warm-up (interference from a neighbour on a shared
+core only ever slows a run; `MEASURE_S`), in the threads and cores it was given. Its
+heartbeats carry the rates (``calibration``, GFLOP/s by precision), and the worker builds the
+class's prior from them (models/priors.py::prior_for_class).
 
-A few milliseconds per precision; a precision whose first run takes longer than the budget is
-measured from that run alone.
+About a tenth of a second per precision; a precision whose warm-up and first timed run take
+longer than the budget is measured from that one timed run.
 
 The roofline misses the other kinds far more than a rate can fix (a layernorm's or softmax's
 passes over memory, attention's intermediates, a runtime's per-kind kernels): so the executor
@@ -130,8 +131,8 @@ def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s
              measure_s: float = KERNEL_MEASURE_S) -> float:
     """The best of at least ``runs`` timed runs after a warm-up, more until ``measure_s``
     is spent, fewer past ``budget_s`` but at least one (`best_of`): a first eager call may set
-    up the op (eager JAX sets up each op on its first
-    call), so the warm-up is never the measurement. ``setups`` receives the first call's
+    up the op (eager JAX sets up each op on its first call), so the warm-up is never the
+    measurement. ``setups`` receives the first call's
     setup beyond one execution (``setup_excess``) where it was one."""
     inputs = make_inputs(op, seed=0)
     began = time.perf_counter()

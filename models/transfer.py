@@ -170,7 +170,7 @@ def fit_transfer(link: Link | None, stored: Mapping[str, Any] | None) -> Transfe
     The 2x2 normal equations solved in plain floats (Cramer's rule; the prior makes them
     positive definite): the worker fits every class's handling line this way after each
     outcome it completes (models/handling.py), where NumPy's small-array calls cost 43 µs a
-    fit on the AMD EPYC of 2026-12-07 and these ~2."""
+    fit on the AMD EPYC of 2026-12-07 and these 4."""
     rows = int((stored or {}).get("n", 0))
     if link is None and rows == 0:
         return None

@@ -147,7 +147,11 @@ def test_prometheus_metrics(cluster: LocalCluster) -> None:
     assert live == {"numpy-cpu-x86": 1, "sim-h100": 1, "sim-l4": 1}
     assert {s.labels["device_class"] for s in samples["switchyard_model_error_ratio"]}
     backlog = {s.labels["device_class"]: s.value for s in samples["switchyard_backlog_seconds"]}
-    assert set(backlog) == set(live) and all(v >= 0 for v in backlog.values())
+    # Every class the load was routed to has a backlog gauge (which classes those are is the
+    # router's choice: NumPy got none of the 60 in one CI run).
+    routed = {d["device_class"] for d in cluster.api("/api/decisions?limit=500")["decisions"]}
+    assert routed and routed <= set(backlog) <= set(live), (routed, backlog)
+    assert all(v >= 0 for v in backlog.values())
     assert samples["switchyard_worker_ready"][0].value == 1
 
 
@@ -213,7 +217,11 @@ def test_dashboard_in_a_browser(cluster: LocalCluster) -> None:
                 assert box and box["width"] > 200 and box["height"] > 100
             assert page.locator("#banner").is_hidden()
             assert int(page.locator("#t-deadletters").inner_text()) == 0
-            assert page.locator("#models tbody tr").count() == 3
+            # A row per class that has learned: which classes ran the load is the router's
+            # choice (NumPy ran none of it in one CI run once torch's and NumPy's calibrated
+            # rates read their steady rates), so the rows are counted against /api/models.
+            learned = len(cluster.api("/api/models")["models"])
+            assert learned >= 1 and page.locator("#models tbody tr").count() == learned
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT), full_page=True)
         finally:

@@ -48,6 +48,7 @@ from app import topics
 from app.admin import contract_topics, ensure_topics
 from app.coordinator_watch import CoordinatorWatch
 from app.executor_plan import Plan, committable, limits_from
+from app.handoff import Handoff
 from app.producing import RenewingProducer
 from app.records import (
     DeadLetterRecord,
@@ -56,6 +57,7 @@ from app.records import (
     ResultRecord,
     metric_columns_bytes,
     outcome_batch_bytes,
+    wire_bytes,
 )
 from app.settings import Settings
 from models.ops import SpecError
@@ -434,8 +436,7 @@ class Executor:
         ``stopping`` is set the thread starts no other group: the op in hand finishes and is
         published, the rest stays uncommitted for another instance."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Queue[tuple[Plan, list[int], list[WorkResult] | None] | None] = (
-            asyncio.Queue())
+        done: Handoff[tuple[Plan, list[int], list[WorkResult] | None] | None] = Handoff(loop)
         halt = threading.Event()  # publishing failed: run nothing more of this plan
 
         def run_groups() -> None:
@@ -445,9 +446,9 @@ class Executor:
                     if self.stopping.is_set() or halt.is_set():
                         break
                     results = self._execute(plan, group)
-                    loop.call_soon_threadsafe(done.put_nowait, (plan, group, results))
+                    done.put((plan, group, results))
             finally:
-                loop.call_soon_threadsafe(done.put_nowait, None)
+                done.put(None)
 
         running = loop.run_in_executor(self.compute, run_groups)
         try:
@@ -494,11 +495,13 @@ class Executor:
         """Gather a result's outcome (unless ``outcome`` is False) and its metric, each
         published with the others of its kind when their batch is due; the tasks of what is
         published now await their acks."""
-        row = MetricRecord.from_data(result.metric).dumps()
+        # The records' wire bytes without building Faust records (app/records.py
+        # ``wire_bytes``: byte for byte the same, ~5 µs a record against ~25).
+        row = wire_bytes(MetricRecord, result.metric)
         tasks = []
         if outcome:
-            record = ResultRecord.from_data(result.outcome)
-            tasks += await self._gather_outcome(producer, record.id, record.dumps())
+            tasks += await self._gather_outcome(producer, str(result.outcome["id"]),
+                                                wire_bytes(ResultRecord, result.outcome))
         if self._metric_bytes + len(row) > METRIC_BATCH_MAX_BYTES:
             tasks += await self._flush_metrics(producer)
         loop_time = asyncio.get_running_loop().time()

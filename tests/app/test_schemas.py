@@ -423,3 +423,37 @@ def test_wire_bytes_are_the_records_own_dumps_byte_for_byte(extra: dict[str, Any
         RouteRecord._options.fields)
     with pytest.raises(KeyError):
         wire_bytes(RouteRecord, {k: v for k, v in fields.items() if k != "reason"})
+
+
+@pytest.mark.parametrize("runtime_name,device", [("numpy", "cpu"), ("sim", "h100")])
+def test_an_executors_outcome_and_metric_wire_bytes_are_the_records_dumps(
+        runtime_name: str, device: str) -> None:
+    """Executors publish ``wire_bytes`` of what ``perform`` returns (not Faust records built
+    and dumped): the same bytes for a checked result, a bf16 one, one with its output inline
+    and a workload that failed."""
+    from app.records import MetricRecord, ResultRecord, wire_bytes
+    from models.workload import WorkloadLimits
+    from runtimes import get_runtime
+    from runtimes.work import perform
+
+    runtime = get_runtime(runtime_name, device, threads=1)
+    op = {"kind": "matmul", "m": 3, "k": 4, "n": 5}
+    routes = [{"id": f"w{i}", "workload": {"id": f"w{i}", "op": op, "precisions": [precision],
+                                           **extra},
+               "device_class": "x", "variant": {"precision": precision, "mode": "eager"},
+               "predicted_ms": 2.0, "decided_at_ms": 1000, "attempt": 2}
+              for i, (precision, extra) in enumerate([
+                  ("fp32", {"seed": 4, "return_output": True}), ("bf16", {}), ("fp32", {})])]
+    routes.append({"id": "bad", "workload": {"id": "bad", "op": {"kind": "nope"}}})
+    try:
+        for route in routes:
+            result = perform(route, runtime, device_id="d", limits=WorkloadLimits())
+            assert set(result.metric) <= set(MetricRecord._options.fields)
+            assert set(result.outcome) <= set(ResultRecord._options.fields)
+            assert (wire_bytes(MetricRecord, result.metric)
+                    == MetricRecord.from_data(result.metric).dumps())
+            assert (wire_bytes(ResultRecord, result.outcome)
+                    == ResultRecord.from_data(result.outcome).dumps())
+        assert json.loads(wire_bytes(ResultRecord, result.outcome))["status"] == "error"
+    finally:
+        runtime.close()

@@ -13,7 +13,9 @@
 3. Worker capacity (bench/hotpath.py): a burst of workloads, faster than one pinned worker
    takes them, through decide, complete, learn and window, with instant (SIMULATED) executors
    in this process; results/s, the worker's CPU µs per workload and each stage's share.
-4. Sustained load (bench/sustained.py): 1,000 workloads/s for a minute through the broker, one
+4. Executor capacity (bench/executor_capacity.py): a burst of routes, faster than one pinned
+   sim executor takes them, and no worker; routes/s and the executor's CPU µs per route.
+5. Sustained load (bench/sustained.py): 1,000 workloads/s for a minute through the broker, one
    worker and two sim executors; results lost or duplicated, and whether it kept up.
 """
 
@@ -432,7 +434,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
            "it, so compare the ratios of one run." if forms[0].get("cpus") else "")
         + (f" Measured {forms[0]['measured_at']}." if forms[0].get("measured_at") else "")
         + " Rerun alone with `SWITCHYARD_BENCH_PARTS=metric switchyard bench pipeline` (the "
-        "other parts' figures are kept; the parts are metric, decide, worker and sustained).")
+        "other parts' figures are kept; the parts are metric, decide, worker, executor and "
+        "sustained).")
     by_form = {m.get("form"): m for m in forms}
     if "columns" in by_form and "objects" in by_form:
         columnar, objects = by_form["columns"], by_form["objects"]
@@ -486,6 +489,10 @@ def report(results: dict[str, Any], quick: bool) -> str:
         from bench.hotpath import report_capacity
 
         parts.append(report_capacity(results["worker_capacity"]))
+    if results.get("executor_capacity"):
+        from bench.executor_capacity import report_executor_capacity
+
+        parts.append(report_executor_capacity(results["executor_capacity"]))
     if results.get("sustained"):
         parts.append(report_sustained(results["sustained"]))
     parts.append("![pipeline](bench/out/pipeline.png)")
@@ -526,6 +533,14 @@ def run(quick: bool, out_dir: Path) -> int:
         results["worker_capacity"] = capacity
         print(f"[pipeline] worker capacity: {fmt(capacity['rate_per_s'], '.0f')} workloads/s, "
               f"{fmt(capacity['worker_cpu_us_per_workload'], '.0f')} CPU µs each", flush=True)
+    if not parts or "executor" in parts:
+        from bench.executor_capacity import executor_capacity
+
+        routes = executor_capacity(5_000 if quick else 20_000, WORKDIR)
+        routes["measured_at"] = now_utc()
+        results["executor_capacity"] = routes
+        print(f"[pipeline] executor capacity: {fmt(routes['rate_per_s'], '.0f')} routes/s, "
+              f"{fmt(routes['cpu_us_per_route'], '.0f')} CPU µs each", flush=True)
     if not parts or "sustained" in parts:
         steady = sustained(SUSTAINED_RATE_PER_S, 15.0 if quick else 60.0)
         steady["measured_at"] = now_utc()

@@ -69,8 +69,9 @@ from runtimes.energy import NvmlMeter, PowerTracker
 from runtimes.work import (
     Parsed,
     WorkResult,
-    batch_key,
     now_ms,
+    parse_route,
+    parsed_batch_key,
     perform,
     perform_batch,
     read_slowdown,
@@ -380,14 +381,14 @@ class Executor:
                 continue
             assert isinstance(route, dict)
             routes.append(route)
+            # Parsed once here: perform() and perform_batch() take it as it is.
+            one = parse_route(route, self.limits)
+            if one is not None:
+                parsed[index] = one
             # Behind a link each workload's bytes are waited for alone: no batching.
-            keyed = (batch_key(route, self.runtime, self.limits)
-                     if self.settings.executor_batching and self.link is None else None)
-            if keyed is None:
-                keys.append(None)
-            else:
-                keys.append(keyed[0])
-                parsed[index] = keyed[1]
+            keys.append(parsed_batch_key(one, self.runtime)
+                        if one is not None and self.settings.executor_batching
+                        and self.link is None else None)
         groups = plan_batches(keys, self.settings.executor_max_batch)
         return Plan([message for _, message in batch], routes, parsed, groups)
 
@@ -468,7 +469,8 @@ class Executor:
         options: dict[str, Any] = {"device_id": self.device_id, "limits": self.limits,
                                    "slowdown": read_slowdown(self.slowdown_file)}
         if len(group) == 1:
-            return [perform(first, self.runtime, link=self.link, **options)]
+            return [perform(first, self.runtime, link=self.link,
+                            parsed=plan.parsed.get(group[0]), **options)]
         return perform_batch([plan.parsed[i] for i in group], self.runtime, **options)
 
     async def _publish_group(self, producer: RenewingProducer, plan: Plan, group: list[int],

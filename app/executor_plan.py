@@ -34,7 +34,7 @@ class Plan:
 
     messages: list[Any]
     routes: list[dict[str, Any] | str]  # the decoded route, or why it is dead-lettered
-    parsed: dict[int, Parsed]  # the routes that may join a batch
+    parsed: dict[int, Parsed]  # the routes whose workload and variant parsed
     groups: list[list[int]]
 
 

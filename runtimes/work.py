@@ -134,9 +134,12 @@ def perform(
     clock_ms: Callable[[], int] = now_ms,
     link: Link | None = None,
     wait: Callable[[float], None] = sleep_precisely,
+    parsed: Parsed | None = None,
 ) -> WorkResult:
     """Run the route's workload in the route's variant (behind ``link``: with the transfer of
-    its bytes); never raises for a workload's fault."""
+    its bytes); never raises for a workload's fault. ``parsed``: the route's workload and
+    variant as :func:`batch_key` already parsed them (with the same ``limits``), not parsed
+    again."""
     workload_id = route_id(route)
     started_at_ms = clock_ms()
     decided = _number(route.get("decided_at_ms"))
@@ -153,9 +156,12 @@ def perform(
     digest: str | None = None
     moved: tuple[float, int] | None = None  # (measured transfer ms, bytes) behind a link
     try:
-        variant = Variant.from_dict(route.get("variant"))
+        if parsed is None:
+            variant = Variant.from_dict(route.get("variant"))
+            workload = parse_workload(route.get("workload"), limits)
+        else:
+            variant, workload = parsed.variant, parsed.workload
         raw_variant = variant.to_dict()
-        workload = parse_workload(route.get("workload"), limits)
         op_dict = workload.op.to_dict()
         flops, bytes_moved = workload.op.flops(), workload.op.bytes_moved(variant.precision)
         if link is not None:
@@ -274,21 +280,35 @@ class Parsed:
     variant: Variant
 
 
-def batch_key(
-    route: dict[str, Any], runtime: Runtime, limits: WorkloadLimits
-) -> tuple[Hashable, Parsed] | None:
-    """What a route may be batched on (its op's signature, shapes and dtype included, and its
-    variant) with the parsed route; None when it must run alone: it does not parse, its
-    variant is not among the request's precisions, or the runtime does not batch it."""
+def parse_route(route: dict[str, Any], limits: WorkloadLimits) -> Parsed | None:
+    """The route's workload and variant parsed, or None when either does not parse (whatever
+    fails here, :func:`perform` reports for this route alone)."""
     try:
-        variant = Variant.from_dict(route.get("variant"))
-        workload = parse_workload(route.get("workload"), limits)
-    except Exception:  # whatever fails here, perform reports for this route alone
+        return Parsed(route, parse_workload(route.get("workload"), limits),
+                      Variant.from_dict(route.get("variant")))
+    except Exception:
         return None
+
+
+def parsed_batch_key(parsed: Parsed, runtime: Runtime) -> Hashable | None:
+    """What a parsed route may be batched on (its op's signature, shapes and dtype included,
+    and its variant); None when it must run alone: its variant is not among the request's
+    precisions, or the runtime does not batch it."""
+    variant, workload = parsed.variant, parsed.workload
     if variant.precision not in workload.precisions or not runtime.batchable(
             workload.op.kind, variant.precision, variant.mode):
         return None
-    return (workload.op.signature(), variant), Parsed(route, workload, variant)
+    return (workload.op.signature(), variant)
+
+
+def batch_key(
+    route: dict[str, Any], runtime: Runtime, limits: WorkloadLimits
+) -> tuple[Hashable, Parsed] | None:
+    """:func:`parsed_batch_key` of the parsed route, with it; None when it must run alone
+    (it does not parse, or it is not batched)."""
+    parsed = parse_route(route, limits)
+    key = parsed_batch_key(parsed, runtime) if parsed is not None else None
+    return None if key is None or parsed is None else (key, parsed)
 
 
 def plan(keys: Sequence[Hashable | None], max_batch: int) -> list[list[int]]:
@@ -323,7 +343,7 @@ def perform_batch(
     batched call fails, each route runs alone with :func:`perform`."""
     if len(batch) == 1:
         return [perform(batch[0].route, runtime, device_id=device_id, limits=limits,
-                        slowdown=slowdown, clock_ms=clock_ms)]
+                        slowdown=slowdown, clock_ms=clock_ms, parsed=batch[0])]
     started_at_ms = clock_ms()
     first = batch[0]
     spec, variant = first.workload.op, first.variant

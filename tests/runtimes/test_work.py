@@ -310,3 +310,27 @@ def test_a_real_runtime_with_a_power_model_reports_modelled_energy(numpy_rt: Run
     if numpy_rt.meter.sample() is None:  # no readable counter here: modelled, and flagged
         assert m["energy_j"] > 0 and m["energy_simulated"]
     assert not run(numpy_rt, route(seed=2)).metric["energy_simulated"]
+
+
+def test_a_route_parsed_by_batch_key_is_not_parsed_again(numpy_rt: Runtime,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor hands ``perform`` what ``batch_key`` parsed while planning: the same
+    outcome and metric as parsing the route, without parsing it a second time."""
+    import runtimes.work as work
+
+    r = route(seed=4, return_output=True)
+    keyed = batch_key(r, numpy_rt, WorkloadLimits())
+    assert keyed is not None
+    plain = run(numpy_rt, r)
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(work, "parse_workload", refuse)
+    given = run(numpy_rt, r, parsed=keyed[1])
+    timing = {"exec_ms", "latency_ms", "cpu_ms", "setup_ms", "energy_j"}
+    assert {k: v for k, v in given.outcome.items() if k not in timing} == {
+        k: v for k, v in plain.outcome.items() if k not in timing}
+    assert {k: v for k, v in given.metric.items() if k not in timing} == {
+        k: v for k, v in plain.metric.items() if k not in timing}
+    assert given.outcome["status"] == "ok"

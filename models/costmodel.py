@@ -192,12 +192,13 @@ PRIOR_STD: dict[str, dict[str, float]] = {
 # measured) keeps the live stds but a tighter shared work slope and hinges: there the shared
 # curve only has to carry what the calibration missed, and with the live slopes the residuals
 # of the kinds a class ran leaked into kinds it had not (torch's unseen conv2d read 34-39 ms
-# after the live mix's other kinds were learned, 18-22 measured). Leave-one-kind-out on the
-# priors benchmark's profiles (calibrated priors of torch, JAX and NumPy, live mix and model
-# layers, 5 draws): unseen-kind median error 51.1 -> 46.3 % (fp32 eager 41.7 -> 37.1 %, p90
-# 216 -> 180 %); held-out shapes of the kinds learned 23.5 -> 23.4 %, variant top-1 unchanged;
-# with every time 2x its profile (a slowdown the calibration did not see) 52.2 -> 46.7 % and
-# 23.5 -> 23.3 %. A tighter bias (0.3) was no better once the slope was tight.
+# after the live mix's other kinds were learned, 18-22 measured). Replayed by
+# `python -m bench.prior_stds` on the priors benchmark's profiles (calibrated priors of torch,
+# JAX and NumPy, live mix and model layers, 5 draws): a kind never learned, median error
+# 51.1 -> 46.0 % (p90 216 -> 180 %); held-out shapes of the kinds learned 22.1 -> 22.4 %, the
+# fastest variant picked 87.3 -> 88.2 %; with every time 2x its profile (a slowdown the
+# calibration did not see) 51.5 -> 46.8 % and 22.0 -> 22.3 %. A tighter bias (0.3) or wider
+# kind offsets (0.8) alone did not help.
 PRIOR_STD["calibrated"] = {**PRIOR_STD["live"], "work": 0.03, "hinge": 0.02}
 # Huber threshold (predictive stds) for a time *above* the prediction. Interference on a
 # shared machine only ever slows a run, so timing noise is one-sided: with the symmetric 2.5

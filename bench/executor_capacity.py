@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.local import LocalCluster
@@ -55,62 +55,32 @@ async def _create_route_topic(name: str) -> None:
         await admin.close()
 
 
+def _outcomes(message: Any) -> list[tuple[str, float]]:
+    """(workload id, latency ms) of each outcome a record of the outcomes topic carries."""
+    return [(str(o.get("id")), float(o.get("latency_ms") or 0.0))
+            for o in outcome_rows(orjson.loads(message.value or b"null"))
+            if isinstance(o, dict)]
+
+
 async def send_and_collect(namespace: str, workloads: list[dict[str, Any]],
                            timeout_s: float) -> dict[str, Any]:
     """Produce one route per workload as fast as the producer goes; read their outcomes."""
-    wanted = {str(w["id"]) for w in workloads}
-    outcomes_topic = topic(namespace, "outcomes")
-    reader = AIOKafkaConsumer(bootstrap_servers=BROKER, group_id=None,
-                              enable_auto_commit=False, fetch_max_wait_ms=20)
-    await reader.start()
-    # The executor creates the contract topics as it starts: wait for the outcomes topic.
-    deadline = time.monotonic() + 60.0
-    while True:
-        await reader._client.force_metadata_update()
-        partitions = reader.partitions_for_topic(outcomes_topic)
-        if partitions or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.5)
-    if not partitions:
-        await reader.stop()
-        raise RuntimeError(f"{outcomes_topic} did not appear within 60 s")
-    tps = [TopicPartition(outcomes_topic, p) for p in sorted(partitions)]
-    reader.assign(tps)
-    ends = await reader.end_offsets(tps)
-    for tp in tps:
-        reader.seek(tp, ends[tp])
+    from bench.hotpath import reader_at_end, send_then_collect
+
+    reader = await reader_at_end(topic(namespace, "outcomes"), BROKER)
     producer = AIOKafkaProducer(bootstrap_servers=BROKER, acks="all", linger_ms=5)
     await producer.start()
-    received: dict[str, float] = {}
-    latency_ms: list[float] = []
-    seen_twice = 0
+    route_topic = topic(namespace, f"routes.{CLASS}")
     try:
-        started = time.monotonic()
-        route_topic = topic(namespace, f"routes.{CLASS}")
-        for w in workloads:
-            await producer.send(route_topic, route_bytes(w), key=str(w["id"]).encode())
-        await producer.flush()
-        produced_s = time.monotonic() - started
-        deadline = started + timeout_s
-        while len(received) < len(wanted) and time.monotonic() < deadline:
-            batch = await reader.getmany(timeout_ms=200)
-            now = time.monotonic() - started
-            for messages in batch.values():
-                for message in messages:
-                    for outcome in outcome_rows(orjson.loads(message.value or b"null")):
-                        key = str(outcome.get("id")) if isinstance(outcome, dict) else ""
-                        if key not in wanted:
-                            continue
-                        if key in received:
-                            seen_twice += 1
-                            continue
-                        received[key] = now
-                        latency_ms.append(float(outcome.get("latency_ms") or 0.0))
+        run = await send_then_collect(
+            producer, ((route_topic, str(w["id"]).encode(), route_bytes(w)) for w in workloads),
+            reader, {str(w["id"]) for w in workloads}, timeout_s, _outcomes)
     finally:
         await producer.stop()
         await reader.stop()
-    return {"produced_s": produced_s, "times": sorted(received.values()),
-            "results": len(received), "seen_twice": seen_twice,
+    latency_ms = list(run["answers"].values())
+    return {"produced_s": run["produced_s"], "times": sorted(run["received"].values()),
+            "results": len(run["received"]), "seen_twice": run["seen_twice"],
             "mean_exec_us": 1000.0 * sum(latency_ms) / len(latency_ms) if latency_ms else None}
 
 

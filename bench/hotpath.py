@@ -24,7 +24,7 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -244,46 +244,84 @@ async def create_route_topics(fleet: InstantFleet) -> None:
         await admin.close()
 
 
+async def reader_at_end(topic_name: str, broker: str = BROKER,
+                        wait_s: float = 60.0) -> AIOKafkaConsumer:
+    """A started consumer of every partition of ``topic_name`` (waited for up to ``wait_s``:
+    an executor creates its topics as it starts), positioned at their ends."""
+    reader = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None,
+                              enable_auto_commit=False, fetch_max_wait_ms=20)
+    await reader.start()
+    deadline = time.monotonic() + wait_s
+    while True:
+        await reader._client.force_metadata_update()
+        partitions = reader.partitions_for_topic(topic_name)
+        if partitions or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    if not partitions:
+        await reader.stop()
+        raise RuntimeError(f"{topic_name} did not appear within {wait_s:.0f} s")
+    tps = [TopicPartition(topic_name, p) for p in sorted(partitions)]
+    reader.assign(tps)
+    ends = await reader.end_offsets(tps)
+    for tp in tps:
+        reader.seek(tp, ends[tp])
+    return reader
+
+
+async def send_then_collect(producer: AIOKafkaProducer, records: Iterable[tuple[str, bytes, bytes]],
+                            reader: AIOKafkaConsumer, wanted: set[str], timeout_s: float,
+                            answers_of: Callable[[Any], Iterable[tuple[str, Any]]],
+                            ) -> dict[str, Any]:
+    """Send ``records`` ((topic, key, value), produced lazily) as fast as the producer goes,
+    then read ``reader`` until every id of ``wanted`` has answered or ``timeout_s`` has passed
+    since the first send. ``answers_of(message)``: the (id, answer) pairs a message carries.
+    Returns ``produced_s``, ``received`` (id -> seconds from the first send to its first
+    answer), ``answers`` (id -> its first answer) and ``seen_twice``."""
+    received: dict[str, float] = {}
+    answers: dict[str, Any] = {}
+    seen_twice = 0
+    started = time.monotonic()
+    for topic_name, record_key, value in records:
+        await producer.send(topic_name, value, key=record_key)
+    await producer.flush()
+    produced_s = time.monotonic() - started
+    deadline = started + timeout_s
+    while len(received) < len(wanted) and time.monotonic() < deadline:
+        batch = await reader.getmany(timeout_ms=200)
+        now = time.monotonic() - started
+        for messages in batch.values():
+            for message in messages:
+                for answered, answer in answers_of(message):
+                    if answered not in wanted:
+                        continue
+                    if answered in received:
+                        seen_twice += 1
+                    else:
+                        received[answered], answers[answered] = now, answer
+    return {"produced_s": produced_s, "received": received, "answers": answers,
+            "seen_twice": seen_twice}
+
+
+def _result_keys(message: Any) -> list[tuple[str, None]]:
+    return [(message.key.decode(), None)] if message.key and message.value else []
+
+
 async def burst(namespace: str, workloads: list[dict[str, Any]], timeout_s: float,
                 broker: str = BROKER) -> dict[str, Any]:
     """Produce ``workloads`` as fast as the producer goes; collect their results."""
     wanted = {str(w["id"]) for w in workloads}
-    results = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None,
-                               enable_auto_commit=False, fetch_max_wait_ms=20)
-    await results.start()
-    await results._client.force_metadata_update()
-    results_topic = topic(namespace, "results")
-    tps = [TopicPartition(results_topic, p)
-           for p in sorted(results.partitions_for_topic(results_topic) or {0})]
-    results.assign(tps)
-    ends = await results.end_offsets(tps)
-    for tp in tps:
-        results.seek(tp, ends[tp])
+    results = await reader_at_end(topic(namespace, "results"), broker)
     producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", linger_ms=5)
     await producer.start()
-    received: dict[str, float] = {}
-    seen_twice = 0
+    workloads_topic = topic(namespace, "workloads")
     try:
-        started = time.monotonic()
-        for w in workloads:
-            body = {**w, "submitted_at_ms": int(time.time() * 1000)}
-            await producer.send(topic(namespace, "workloads"), orjson.dumps(body),
-                                key=str(w["id"]).encode())
-        await producer.flush()
-        produced_s = time.monotonic() - started
-        deadline = started + timeout_s
-        while len(received) < len(wanted) and time.monotonic() < deadline:
-            batch = await results.getmany(timeout_ms=200)
-            now = time.monotonic() - started
-            for messages in batch.values():
-                for message in messages:
-                    key = message.key.decode() if message.key else ""
-                    if key not in wanted or not message.value:
-                        continue
-                    if key in received:
-                        seen_twice += 1
-                    else:
-                        received[key] = now
+        run = await send_then_collect(
+            producer, ((workloads_topic, str(w["id"]).encode(),
+                        orjson.dumps({**w, "submitted_at_ms": int(time.time() * 1000)}))
+                       for w in workloads),
+            results, wanted, timeout_s, _result_keys)
+        received, seen_twice = run["received"], run["seen_twice"]
         # Anything late that would show as a second result
         tail = await results.getmany(timeout_ms=2000)
         for messages in tail.values():
@@ -293,7 +331,7 @@ async def burst(namespace: str, workloads: list[dict[str, Any]], timeout_s: floa
         await producer.stop()
         await results.stop()
     times = sorted(received.values())
-    return {"produced_s": produced_s, "times": times, "results": len(received),
+    return {"produced_s": run["produced_s"], "times": times, "results": len(received),
             "seen_twice": seen_twice}
 
 

@@ -138,8 +138,8 @@ def perform(
 ) -> WorkResult:
     """Run the route's workload in the route's variant (behind ``link``: with the transfer of
     its bytes); never raises for a workload's fault. ``parsed``: the route's workload and
-    variant as :func:`batch_key` already parsed them (with the same ``limits``), not parsed
-    again."""
+    variant as :func:`parse_route` already parsed them (with the same ``limits``), not
+    parsed again."""
     workload_id = route_id(route)
     started_at_ms = clock_ms()
     decided = _number(route.get("decided_at_ms"))
@@ -158,10 +158,11 @@ def perform(
     try:
         if parsed is None:
             variant = Variant.from_dict(route.get("variant"))
+            raw_variant = variant.to_dict()  # what the metric says even if the workload fails
             workload = parse_workload(route.get("workload"), limits)
         else:
             variant, workload = parsed.variant, parsed.workload
-        raw_variant = variant.to_dict()
+            raw_variant = variant.to_dict()
         op_dict = workload.op.to_dict()
         flops, bytes_moved = workload.op.flops(), workload.op.bytes_moved(variant.precision)
         if link is not None:

@@ -334,3 +334,15 @@ def test_a_route_parsed_by_batch_key_is_not_parsed_again(numpy_rt: Runtime,
     assert {k: v for k, v in given.metric.items() if k not in timing} == {
         k: v for k, v in plain.metric.items() if k not in timing}
     assert given.outcome["status"] == "ok"
+
+
+def test_a_workload_that_fails_to_parse_reports_its_parsed_variant(numpy_rt: Runtime) -> None:
+    """The variant parsed before the workload failed is what the metric carries (normalised,
+    as for a workload that ran), not the route's raw variant."""
+    from models.ops import Variant
+
+    r = {**route(), "variant": {"precision": "fp32"},
+         "workload": {"id": "w1", "op": {**OP, "m": 0}, "precisions": ["fp32"]}}
+    result = run(numpy_rt, r)
+    assert result.outcome["status"] == "error"
+    assert result.metric["variant"] == Variant.from_dict({"precision": "fp32"}).to_dict()

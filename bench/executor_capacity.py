@@ -24,11 +24,9 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.local import LocalCluster
 from app.records import RouteRecord, outcome_rows, wire_bytes
-from app.settings import Settings
 from bench.harness import BROKER, stop_and_delete_topics, topic
 from models.traces import synthetic_trace
 
@@ -43,16 +41,6 @@ def route_bytes(workload: dict[str, Any]) -> bytes:
         "variant": {"precision": "fp32", "mode": "eager"}, "predicted_ms": 0.0,
         "predicted_std_ms": 0.0, "reason": "exploit", "model_version": 0,
         "decided_at_ms": int(time.time() * 1000)})
-
-
-async def _create_route_topic(name: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=BROKER)
-    await admin.start()
-    try:
-        if name not in set(await admin.list_topics()):
-            await admin.create_topics([NewTopic(name, Settings().route_partitions, 1)])
-    finally:
-        await admin.close()
 
 
 def _outcomes(message: Any) -> list[tuple[str, float]]:
@@ -88,10 +76,10 @@ def executor_capacity(count: int, workdir: Path) -> dict[str, Any]:
     """One sim executor's rate and CPU per route, for a burst of ``count`` routes."""
     import psutil
 
-    from bench.hotpath import _pin, rate_between
+    from bench.hotpath import _pin, create_route_topics, rate_between
 
     local = LocalCluster.isolated(workdir / uuid.uuid4().hex[:8], broker=BROKER)
-    asyncio.run(_create_route_topic(topic(local.namespace, f"routes.{CLASS}")))
+    asyncio.run(create_route_topics([topic(local.namespace, f"routes.{CLASS}")]))
     executor = local.start_executor("sim", DEVICE, device_id=f"{CLASS}-capacity")
     executor_cpus = _pin(executor.popen.pid, 1)
     own_cpus = _pin(os.getpid(), 0)

@@ -130,7 +130,7 @@ class InstantFleet:
     async def running(self) -> AsyncIterator[list[asyncio.Task[None]]]:
         """The route topics created, heartbeats and answers going (the tasks) until the block
         ends."""
-        await create_route_topics(self)
+        await create_route_topics(self.route_topics(), self.broker)
         producer = AIOKafkaProducer(bootstrap_servers=self.broker, acks="all", linger_ms=2)
         await producer.start()
         tasks = [asyncio.create_task(self.heartbeats(producer)),
@@ -231,12 +231,13 @@ class InstantFleet:
                     partition=class_partition(device_class, self.metric_partitions))
 
 
-async def create_route_topics(fleet: InstantFleet) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=fleet.broker)
+async def create_route_topics(names: Iterable[str], broker: str = BROKER) -> None:
+    """Create the route topics ``names`` that do not exist yet, with the route partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        wanted = [NewTopic(t, Settings().route_partitions, 1) for t in fleet.route_topics()
+        wanted = [NewTopic(t, Settings().route_partitions, 1) for t in names
                   if t not in existing]
         if wanted:
             await admin.create_topics(wanted)

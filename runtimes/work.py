@@ -5,7 +5,7 @@
 Every failure of the workload (bad spec, refused variant, bad inline tensor, out of memory,
 a backend error) becomes ``status: "error"`` with a reason; it never raises for those.
 
-Dynamic batching: :func:`batch_key` says which routes may share one batched call (same op
+Dynamic batching: :func:`parsed_batch_key` says which routes may share one batched call (same op
 spec, shapes and dtype included, same variant, on a runtime that batches them), :func:`plan`
 groups a fetched list of routes by it, and :func:`perform_batch` runs a group as one
 ``Runtime.execute_batch`` call with one outcome and metric per workload, or, if the batched
@@ -302,16 +302,6 @@ def parsed_batch_key(parsed: Parsed, runtime: Runtime) -> Hashable | None:
     return (workload.op.signature(), variant)
 
 
-def batch_key(
-    route: dict[str, Any], runtime: Runtime, limits: WorkloadLimits
-) -> tuple[Hashable, Parsed] | None:
-    """:func:`parsed_batch_key` of the parsed route, with it; None when it must run alone
-    (it does not parse, or it is not batched)."""
-    parsed = parse_route(route, limits)
-    key = parsed_batch_key(parsed, runtime) if parsed is not None else None
-    return None if key is None or parsed is None else (key, parsed)
-
-
 def plan(keys: Sequence[Hashable | None], max_batch: int) -> list[list[int]]:
     """Indices of ``keys`` grouped into batches: equal keys together, at most ``max_batch`` a
     group, groups in the order of their first member; a None key is a group of its own."""
@@ -338,7 +328,7 @@ def perform_batch(
     slowdown: float = 1.0,
     clock_ms: Callable[[], int] = now_ms,
 ) -> list[WorkResult]:
-    """Run routes of one :func:`batch_key` as one batched call: one result per route, in
+    """Run routes of one :func:`parsed_batch_key` as one batched call: one result per route, in
     order. Every workload of the call started when the call's inputs were made and finished
     when the last checksum was taken; the slowdown stretches the call as a whole. If the
     batched call fails, each route runs alone with :func:`perform`."""

@@ -13,9 +13,27 @@ from models.tensors import checksum, decode_tensor, encode_tensor
 from models.workload import WorkloadLimits
 from runtimes import Runtime, get_runtime
 from runtimes.check import within_tolerance
-from runtimes.work import batch_key, perform, perform_batch, plan, read_slowdown, route_id
+from runtimes.work import (
+    Parsed,
+    parse_route,
+    parsed_batch_key,
+    perform,
+    perform_batch,
+    plan,
+    read_slowdown,
+    route_id,
+)
 
 OP = {"kind": "matmul", "m": 3, "k": 4, "n": 5}
+
+
+def batch_key(route: dict[str, Any], runtime: Runtime,
+              limits: WorkloadLimits) -> tuple[Any, Parsed] | None:
+    """What the executor's plan does with a route: its batch key with its parse, or None when
+    it runs alone (it does not parse, or it is not batched)."""
+    parsed = parse_route(route, limits)
+    key = parsed_batch_key(parsed, runtime) if parsed is not None else None
+    return None if key is None or parsed is None else (key, parsed)
 
 
 def route(precision: str = "fp32", **workload: Any) -> dict[str, Any]:

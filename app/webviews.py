@@ -115,6 +115,10 @@ def model_summary(device_class: str, stored: Mapping[str, Any]) -> dict[str, Any
         # being a kind or "<kind>.large" (its out-of-cache reference op).
         "prior_kind_factors": {factor_key(kind, precision, nbytes): finite(factor)
                                for kind, precision, factor, nbytes in model.prior.kind_factors},
+        # What each timed activation adds per element, in ns, "<activation>/<precision>"
+        # (models/priors.py::PriorDevice.activation_s, from the reference linear with it).
+        "prior_activation_ns": {f"{name}/{precision}": finite(seconds * 1e9)
+                                for name, precision, seconds in model.prior.activation_s},
         # Its per-call overhead: measured by its executors (models/priors.py::DISPATCH_OP)
         # where they reported it, else the runtime's guess.
         "prior_overhead_us": finite(model.prior.device.launch_overhead_s * 1e6),

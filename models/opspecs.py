@@ -66,6 +66,11 @@ class _OpBase:
     def _evaluate(self, x: dict[str, np.ndarray]) -> np.ndarray:
         raise NotImplementedError
 
+    def activated(self) -> tuple[str, int]:
+        """(the activation, the elements it is applied to); ("none", 0) for a kind without
+        one."""
+        return "none", 0
+
     def elements(self) -> int:
         """Total elements of all inputs plus the output (what the size cap bounds)."""
         return sum(prod(s) for s in self.input_shapes().values()) + prod(self.output_shape())
@@ -175,6 +180,9 @@ class LinearSpec(_OpBase):
         outputs = self.batch * self.out_features
         gemm = 2.0 * outputs * self.in_features
         return gemm + (outputs if self.bias else 0) + _act_flops(self.activation, outputs)
+
+    def activated(self) -> tuple[str, int]:
+        return self.activation, self.batch * self.out_features
 
     def _evaluate(self, x: dict[str, np.ndarray]) -> np.ndarray:
         return kernels.linear(x["x"], x["weight"], x.get("bias"), self.activation)
@@ -307,6 +315,10 @@ class MlpSpec(_OpBase):
             if i < len(self.dims) - 2:
                 total += _act_flops(self.activation, self.batch * self.dims[i + 1])
         return total
+
+    def activated(self) -> tuple[str, int]:
+        # between layers, not after the last
+        return self.activation, sum(self.batch * d for d in self.dims[1:-1])
 
     def _evaluate(self, x: dict[str, np.ndarray]) -> np.ndarray:
         weights = [x[f"w{i}"] for i in range(len(self.dims) - 1)]

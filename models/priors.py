@@ -31,8 +31,8 @@ from models.opspecs import (
     SoftmaxSpec,
 )
 
-__all__ = ["DISPATCH", "DISPATCH_OP", "LARGE", "OUT_OF_CACHE_OPS", "REFERENCE_OPS",
-           "REFERENCE_POINTS", "PriorDevice", "is_rate", "kernel_key",
+__all__ = ["ACTIVATED", "ACTIVATION_OPS", "DISPATCH", "DISPATCH_OP", "LARGE", "OUT_OF_CACHE_OPS",
+           "REFERENCE_OPS", "REFERENCE_POINTS", "PriorDevice", "is_rate", "kernel_key",
            "factor_key", "local_cpu_cache_bytes", "parse_device_class", "prior_for_class"]
 
 PriorScale = Literal["sim", "live"]
@@ -77,8 +77,10 @@ CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 # looked worth a try and each try of the slow ones stalled the core it shares.
 REFERENCE_OPS: dict[str, OpSpec] = {
     "bmm": BmmSpec(b=8, m=128, k=128, n=128),
-    "linear": LinearSpec(batch=256, in_features=512, out_features=512, bias=True,
-                         activation="gelu"),
+    # No activation: the kind's factor is its GEMM and bias. With gelu it was mostly NumPy's
+    # activation (scipy's erf: 1.6 ms plain, 6.4 with gelu on one AMD EPYC core, torch 2.3
+    # either way), which made NumPy's prior 2-4x its time on every linear layer.
+    "linear": LinearSpec(batch=256, in_features=512, out_features=512, bias=True),
     "conv2d": Conv2dSpec(batch=2, in_channels=16, out_channels=32, height=32, width=32,
                          kernel=3, stride=1, padding=1),
     "attention": AttentionSpec(batch=1, heads=4, seq_len=256, head_dim=64, causal=True),
@@ -96,9 +98,20 @@ OUT_OF_CACHE_OPS: dict[str, OpSpec] = {
     "layernorm": LayernormSpec(rows=4096, dim=4096),
     "softmax": SoftmaxSpec(rows=4096, dim=4096),
 }
-# Every measured reference point: its name (a kind, or ``<kind>.large``) -> its op.
+# The reference linear again with an activation on its output, timed in fp32: its time less
+# the plain reference linear's is what the activation costs the runtime per element
+# (`PriorDevice.activation_s`), added to every linear and mlp with that activation. Under the
+# point name ``linear.<activation>``. relu is one cheap pass everywhere and is not timed.
+ACTIVATED = "linear."
+ACTIVATION_OPS: dict[str, OpSpec] = {
+    "gelu": LinearSpec(batch=256, in_features=512, out_features=512, bias=True,
+                       activation="gelu"),
+}
+# Every measured reference point: its name (a kind, ``<kind>.large`` or
+# ``linear.<activation>``) -> its op.
 REFERENCE_POINTS: dict[str, OpSpec] = {
-    **REFERENCE_OPS, **{kind + LARGE: op for kind, op in OUT_OF_CACHE_OPS.items()}}
+    **REFERENCE_OPS, **{kind + LARGE: op for kind, op in OUT_OF_CACHE_OPS.items()},
+    **{ACTIVATED + name: op for name, op in ACTIVATION_OPS.items()}}
 # And one op too small to do any work, whose time is the runtime's per-call cost (its
 # dispatch): an 8^3 eager matmul took 3.9 µs in torch, 3.2 in NumPy and 85 in JAX on one AMD
 # EPYC, where the prior had guessed 10, 3 and 30 (`RUNTIME_OVERHEAD_S`). Under the pseudo-kind
@@ -170,6 +183,21 @@ class PriorDevice:
     # multiplied by its factor (`kind_factor`); an unmeasured kind by 1. Bytes 0: a factor
     # stored before kinds were measured at two sizes, for every size.
     kind_factors: tuple[tuple[str, str, float, float], ...] = ()
+    # (activation, precision, seconds per element): what an activation costs the class's
+    # runtime beyond the roofline's nominal FLOP per element (`ACTIVATION_OPS`), added to the
+    # work of every op applying it (`OpSpec.activated`); a precision not measured takes fp32's.
+    activation_s: tuple[tuple[str, str, float], ...] = ()
+
+    def activation_cost_s(self, activation: str, precision: str) -> float:
+        """Seconds per element ``activation`` costs in ``precision`` (0 where unmeasured)."""
+        fallback = 0.0
+        for name, measured_in, seconds in self.activation_s:
+            if name == activation:
+                if measured_in == precision:
+                    return seconds
+                if measured_in == "fp32":
+                    fallback = seconds
+        return fallback
 
     def kind_factor(self, kind: str, precision: str, nbytes: float = 0.0) -> float:
         """The factor on ``kind``'s roofline work in ``precision`` for an op moving ``nbytes``
@@ -202,6 +230,10 @@ class PriorDevice:
         work = max(op.flops() / peak, nbytes / dev.mem_bw_bytes_s)
         if self.kind_factors:
             work *= self.kind_factor(op.kind, variant.precision, nbytes)
+        if self.activation_s:
+            activation, elements = op.activated()
+            if elements:
+                work += elements * self.activation_cost_s(activation, variant.precision)
         return work
 
     def roofline_log_ms(self, op: OpSpec, variant: Variant) -> float:
@@ -237,6 +269,7 @@ class PriorDevice:
             "fallback_precision": self.fallback_precision,
             "cache_bytes": list(self.cache_bytes),
             "kind_factors": [list(entry) for entry in self.kind_factors],
+            "activation_s": [list(entry) for entry in self.activation_s],
         }
 
     @classmethod
@@ -263,6 +296,8 @@ class PriorDevice:
             tuple((str(entry[0]), str(entry[1]), float(entry[2]),
                    float(entry[3]) if len(entry) > 3 else 0.0)
                   for entry in data.get("kind_factors") or ()),
+            tuple((str(name), str(precision), float(seconds))
+                  for name, precision, seconds in data.get("activation_s") or ()),
         )
 
 
@@ -349,7 +384,7 @@ def _kind_factors(device: DeviceSpec, cache_bytes: tuple[float, float, float],
     low, high = KIND_FACTOR_RANGE
     factors = []
     for (point, precision), ms in sorted(kernels.items()):
-        if precision not in PRECISIONS:
+        if precision not in PRECISIONS or point.startswith(ACTIVATED):
             continue
         op = REFERENCE_POINTS[point]
         work_s = plain._work_s(op, Variant(precision, "eager"))
@@ -359,6 +394,22 @@ def _kind_factors(device: DeviceSpec, cache_bytes: tuple[float, float, float],
             factors.append((op.kind, precision, min(max(measured_s / work_s, low), high),
                             float(op.bytes_moved(precision))))
     return tuple(factors)
+
+
+def _activation_s(kernels: Mapping[tuple[str, str], float]) -> tuple[tuple[str, str, float], ...]:
+    """Per activation point and precision: (the activation, the precision, seconds per element
+    it added to the plain reference linear of that precision), where both were measured (a
+    negative difference, noise around a free activation, counts as 0)."""
+    out = []
+    for (point, precision), ms in sorted(kernels.items()):
+        if not point.startswith(ACTIVATED) or precision not in PRECISIONS:
+            continue
+        plain_ms = kernels.get((point.split(".", 1)[0], precision))
+        activation, elements = REFERENCE_POINTS[point].activated()
+        if plain_ms is None or not elements:
+            continue
+        out.append((activation, precision, max(0.0, ms - plain_ms) / 1e3 / elements))
+    return tuple(out)
 
 
 def prior_for_class(device_class: str,
@@ -417,4 +468,5 @@ def prior_for_class(device_class: str,
         spec.idle_w,
     )
     return PriorDevice(live, "live", spec.tdp_w * LIVE_POWER_FRACTION, cache_bytes=caches,
-                       kind_factors=_kind_factors(live, caches, kernels))
+                       kind_factors=_kind_factors(live, caches, kernels),
+                       activation_s=_activation_s(kernels))

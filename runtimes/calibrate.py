@@ -35,7 +35,14 @@ import numpy as np
 
 from models.ops import Variant, make_inputs
 from models.opspecs import MatmulSpec, OpSpec
-from models.priors import DISPATCH_OP, LARGE, OUT_OF_CACHE_OPS, REFERENCE_POINTS
+from models.priors import (
+    ACTIVATED,
+    ACTIVATION_OPS,
+    DISPATCH_OP,
+    LARGE,
+    OUT_OF_CACHE_OPS,
+    REFERENCE_POINTS,
+)
 from models.setup import setup_excess
 from runtimes.base import Runtime, VariantRefused
 
@@ -111,10 +118,13 @@ def calibrate(runtime: Runtime, size: int = SIZE, runs: int = RUNS,
 
 def _points(offered: set[tuple[str, str]]) -> list[tuple[str, str]]:
     """The (reference point, precision) pairs to time for the eager (kind, precision) pairs a
-    runtime offers: each kind's reference op in every precision, its out-of-cache one in fp32."""
+    runtime offers: each kind's reference op in every precision, its out-of-cache one in fp32,
+    the reference linear with each timed activation in fp32."""
     points = [(kind, precision) for kind, precision in offered if kind in REFERENCE_POINTS]
     points += [(kind + LARGE, "fp32") for kind, precision in offered
                if precision == "fp32" and kind in OUT_OF_CACHE_OPS]
+    if ("linear", "fp32") in offered:
+        points += [(ACTIVATED + name, "fp32") for name in ACTIVATION_OPS]
     return points
 
 

@@ -232,12 +232,17 @@ def test_the_executor_reports_its_calibration_and_the_prior_runs_at_it(
                  if m["device_class"] == CLASS)
     assert model["prior_device"].endswith("~calibrated")
     assert model["prior_gflops"]["fp32"] == pytest.approx(calibration["fp32"])
-    from models.priors import DISPATCH, DISPATCH_OP, REFERENCE_POINTS, reference_kind
+    from models.priors import ACTIVATED, DISPATCH, DISPATCH_OP, REFERENCE_POINTS, reference_kind
 
     kernels = beats[0]["kernel_ms"]
     kinds = {reference_kind(signature) for signature in kernels} - {DISPATCH}
     assert kinds and kinds <= set(REFERENCE_POINTS)
-    assert set(model["prior_kind_factors"]) == {f"{kind}/fp32" for kind in kinds}
+    # The reference linear with gelu is not a kind's factor: it gives gelu's cost per element.
+    assert set(model["prior_kind_factors"]) == {f"{kind}/fp32" for kind in kinds
+                                                if not kind.startswith(ACTIVATED)}
     assert all(factor > 0 for factor in model["prior_kind_factors"].values())
+    if {"linear", "linear.gelu"} <= kinds:
+        assert set(model["prior_activation_ns"]) == {"gelu/fp32"}
+        assert model["prior_activation_ns"]["gelu/fp32"] >= 0
     dispatch_ms = kernels[DISPATCH_OP.signature()]["fp32"]
     assert model["prior_overhead_us"] == pytest.approx(dispatch_ms * 1e3)

@@ -176,6 +176,46 @@ def test_a_stored_prior_keeps_its_kind_factors() -> None:
     assert prior.device.name.endswith("~calibrated")
 
 
+def test_a_timed_activation_costs_what_it_added_to_the_reference_linear() -> None:
+    """The reference linear is timed plain and with gelu: the linear kind's factor comes from
+    the plain one (NumPy's gelu, scipy's erf, once took three times the GEMM and made every
+    linear look slow), and gelu's cost per element from the difference, added to each linear
+    and mlp applying it (between an mlp's layers, not after the last); relu keeps its nominal
+    FLOP. A stored prior keeps the cost; bf16 takes fp32's."""
+    from models.opspecs import LinearSpec, MlpSpec
+    from models.priors import REFERENCE_POINTS, PriorDevice, kernel_key
+
+    plain_ms, gelu_ms = 1.6, 6.4
+    prior = prior_for_class("numpy-cpu-x86", {
+        "fp32": 80.0, kernel_key("linear", "fp32"): plain_ms,
+        kernel_key("linear.gelu", "fp32"): gelu_ms})
+    reference = REFERENCE_POINTS["linear.gelu"]
+    per_element = (gelu_ms - plain_ms) / 1e3 / (reference.batch * reference.out_features)
+    assert prior.activation_s == (("gelu", "fp32", pytest.approx(per_element)),)
+    assert [kind for kind, *_ in prior.kind_factors] == ["linear"]  # gelu is no kind factor
+    assert math.exp(prior.roofline_log_ms(REFERENCE_POINTS["linear"], FP32)) == pytest.approx(
+        plain_ms, rel=1e-6)
+    # (within the roofline's nominal FLOP per element, which the plain linear does not do)
+    assert math.exp(prior.roofline_log_ms(reference, FP32)) == pytest.approx(gelu_ms, rel=1e-3)
+    layer = LinearSpec(batch=16, in_features=1024, out_features=3072)
+    with_gelu = dataclasses.replace(layer, activation="gelu")
+    added = math.exp(prior.work_log_ms(with_gelu, FP32)) - math.exp(prior.work_log_ms(layer, FP32))
+    assert added == pytest.approx(16 * 3072 * per_element * 1e3, rel=1e-3)
+    relu = dataclasses.replace(layer, activation="relu")
+    assert prior.work_log_ms(relu, FP32) == pytest.approx(prior.work_log_ms(layer, FP32),
+                                                          abs=1e-3)
+    mlp = MlpSpec(batch=16, dims=(768, 3072, 768), activation="gelu")
+    mlp_relu = dataclasses.replace(mlp, activation="relu")
+    assert (math.exp(prior.work_log_ms(mlp, FP32)) - math.exp(prior.work_log_ms(mlp_relu, FP32))
+            == pytest.approx(16 * 3072 * per_element * 1e3, rel=1e-3))
+    assert prior.activation_cost_s("gelu", "bf16") == prior.activation_cost_s("gelu", "fp32")
+    assert PriorDevice.from_dict(prior.to_dict()) == prior
+    # Without the plain linear there is nothing to subtract: no cost, and no kind factor.
+    alone = prior_for_class("numpy-cpu-x86", {"fp32": 80.0,
+                                              kernel_key("linear.gelu", "fp32"): gelu_ms})
+    assert alone.activation_s == () and alone.kind_factors == ()
+
+
 def test_a_class_takes_the_median_of_its_devices_kernels() -> None:
     """Heartbeats' kernel_ms by signature become (kernel_key, median ms); a signature that is
     not a reference op (another version's) and unusable times are ignored."""

@@ -66,8 +66,9 @@ def test_the_kernel_budget_bounds_the_calibration() -> None:
 
 def test_past_fp32_the_kinds_the_roofline_misses_most_come_first() -> None:
     """torch offers bf16 for every kind. In fp32 the kinds the roofline misses most go first,
-    then the memory-bound kinds out of the cache (fp32 only), then the rest; past fp32, with a
-    budget for only a few, the bf16 kernels measured are the memory-bound kinds'."""
+    then the memory-bound kinds out of the cache (fp32 only), then the rest, the reference
+    linear with gelu (fp32 only) right after the plain one; past fp32, with a budget for only
+    a few, the bf16 kernels measured are the memory-bound kinds'."""
     from models.priors import DISPATCH, OUT_OF_CACHE_OPS, reference_kind
     from runtimes.calibrate import MISSED_MOST
 
@@ -86,12 +87,13 @@ def test_past_fp32_the_kinds_the_roofline_misses_most_come_first() -> None:
     assert order[0] == (DISPATCH, "fp32")  # the per-call cost, before the kinds
     order = order[1:]
     fp32 = [point for point, precision in order if precision == "fp32"]
-    assert len(fp32) == 9 and order[:9] == [(point, "fp32") for point in fp32]
+    assert len(fp32) == 10 and order[:10] == [(point, "fp32") for point in fp32]
     assert set(fp32[:3]) == MISSED_MOST
     assert fp32[3:5] == [kind + ".large" for kind in sorted(OUT_OF_CACHE_OPS)]
-    after = [point for point, precision in order[9:] if precision == order[9][1]]
+    assert fp32.index("linear.gelu") == fp32.index("linear") + 1
+    after = [point for point, precision in order[10:] if precision == order[10][1]]
     assert set(after[:len(MISSED_MOST)]) == MISSED_MOST
-    assert not any(str(point).endswith(".large") for point, _ in order[9:])
+    assert not any(str(point).endswith((".large", ".gelu")) for point, _ in order[10:])
 
 
 def test_the_setup_of_a_new_shape_is_measured_per_mode_from_the_first_calls() -> None:

@@ -314,7 +314,8 @@ class HeartbeatRecord(_Wire):
     # rates. Null on simulated and accelerator devices.
     calibration: dict[str, float] | None = None
     # ms of one reference op of each other kind (models/priors.py::REFERENCE_OPS) per eager
-    # precision, of layernorm and softmax out of the cache in fp32 (OUT_OF_CACHE_OPS), and of
+    # precision, of layernorm and softmax out of the cache in fp32 (OUT_OF_CACHE_OPS), of the
+    # reference linear with gelu in fp32 (ACTIVATION_OPS), and of
     # the per-call op (DISPATCH_OP, fp32), keyed by the op's signature,
     # measured with ``calibration`` (runtimes/calibrate.py::calibrate_kernels); the class's
     # cold prior bends each kind's roofline by how far its reference op missed it and takes

@@ -44,7 +44,7 @@ from models.priors import (
     REFERENCE_POINTS,
 )
 from models.setup import setup_excess
-from runtimes.base import Runtime, VariantRefused
+from runtimes.base import Execution, Runtime, VariantRefused
 
 logger = logging.getLogger(__name__)
 
@@ -146,11 +146,33 @@ def _best_ms(runtime: Runtime, op: OpSpec, variant: Variant, runs: int, budget_s
     setup beyond one execution (``setup_excess``) where it was one."""
     inputs = make_inputs(op, seed=0)
     began = time.perf_counter()
-    first = runtime.execute(op, variant, inputs)
-    if setups is not None and first.setup_ms is not None:
-        setups.append(setup_excess(first.setup_ms, first.exec_ms))
+    first, excess = first_call(runtime, op, variant, inputs)
+    if setups is not None and excess is not None:
+        setups.append(excess)
     left_s = budget_s - (time.perf_counter() - began)  # the warm-up counts against the budget
     return best_of(_timer(runtime, op, variant, inputs), runs, left_s, measure_s)
+
+
+def first_call(runtime: Runtime, op: OpSpec, variant: Variant,
+               inputs: dict[str, np.ndarray]) -> tuple[Execution, float | None]:
+    """The first call of a (shape, variant) and its setup beyond one execution (None where
+    it was warm already): in wall time, or, on a CPU runtime, in the process's CPU time where
+    that is less. Executors calibrate as they start, and executors sharing a core start
+    together: there a first call's wall time stretched with its neighbours' calibrations
+    (NumPy's eager setup read 5-16 ms with torch and JAX calibrating on its core, 1.8 alone;
+    torch's 0.2-3.9), and the router charged every new shape on NumPy 9 ms, more than NumPy
+    saved on any model layer, so it never tried one. The CPU time counts the setup's own work
+    only; the wall time stays the bound where the setup's work ran on several cores."""
+    cpu_began = time.process_time()
+    first = runtime.execute(op, variant, inputs)
+    cpu_ms = (time.process_time() - cpu_began) * 1e3
+    if first.setup_ms is None:
+        return first, None
+    wall = setup_excess(first.setup_ms, first.exec_ms)
+    if first.cpu_ms is None:
+        return first, wall
+    # What the call spent besides its timed run (build, warm-up), less one execution.
+    return first, min(wall, setup_excess(cpu_ms - first.cpu_ms, first.cpu_ms))
 
 
 def _timer(runtime: Runtime, op: OpSpec, variant: Variant,
@@ -246,12 +268,12 @@ def calibrate_setup(runtime: Runtime, eager_setups: list[float],
         if time.perf_counter() - began > budget_s:
             break
         try:
-            first = runtime.execute(op, Variant("fp32", mode), make_inputs(op, seed=0))
+            _, excess = first_call(runtime, op, Variant("fp32", mode), make_inputs(op, seed=0))
         except VariantRefused:
             continue
         except Exception as exc:  # that mode's setup stays unknown until a workload pays it
             logger.warning("calibrating %s %s setup failed: %s", runtime.device_class, mode, exc)
             continue
-        if first.setup_ms is not None:
-            out[mode] = round(setup_excess(first.setup_ms, first.exec_ms), 3)
+        if excess is not None:
+            out[mode] = round(excess, 3)
     return out or None

@@ -147,3 +147,40 @@ def test_a_measurement_runs_until_its_time_is_spent_and_keeps_the_best() -> None
     assert len(made) == 8
     run, made = runs_of(warming)
     assert best_of(run, runs=5, budget_s=-1.0, measure_s=60.0) == 35.0 and len(made) == 1
+
+
+def test_a_first_calls_wait_for_its_core_is_not_charged_as_setup() -> None:
+    """Executors sharing a core calibrate at the same time: a first call that waits (here a
+    sleep in its build: wall time, no CPU) is not setup the router should charge every new
+    shape; a build that works (CPU) is, within the clock's noise."""
+    import time as clock
+
+    from models.ops import Variant, make_inputs
+    from models.opspecs import MatmulSpec
+    from runtimes.calibrate import first_call
+
+    op, fp32 = MatmulSpec(m=32, k=32, n=32), Variant("fp32", "eager")
+
+    def built_after(runtime, work):
+        original = runtime._build
+
+        def build(spec, variant, args):
+            work()
+            return original(spec, variant, args)
+        runtime._build = build
+        return runtime
+
+    def busy() -> None:
+        until = clock.process_time() + 0.04
+        while clock.process_time() < until:
+            pass
+
+    waiting = built_after(get_runtime("numpy", "cpu"), lambda: clock.sleep(0.04))
+    first, waited = first_call(waiting, op, fp32, make_inputs(op, seed=0))
+    assert first.setup_ms is not None and first.setup_ms >= 40.0  # the wall time saw it
+    assert waited is not None and waited < 10.0
+    working = built_after(get_runtime("numpy", "cpu"), busy)
+    _, worked = first_call(working, op, fp32, make_inputs(op, seed=0))
+    assert worked is not None and worked >= 30.0
+    _, again = first_call(working, op, fp32, make_inputs(op, seed=0))
+    assert again is None  # warm: no setup

@@ -199,10 +199,14 @@ async def route_topics(namespace: str) -> list[str]:
 
 async def drive(namespace: str, workloads: Sequence[dict[str, Any]], arrivals_s: Sequence[float],
                 drain_s: float, watch_routes: bool = False,
-                on_result: Callable[[str, dict[str, Any], float], None] | None = None) -> Run:
+                on_result: Callable[[str, dict[str, Any], float], None] | None = None,
+                linger_ms: int = 0) -> Run:
     """Produce ``workloads[i]`` at ``arrivals_s[i]`` seconds from now; collect results until all
     arrived or ``drain_s`` after the last was sent. With ``watch_routes`` the Kafka timestamp of
-    each route record is kept too (decision latency)."""
+    each route record is kept too (decision latency). ``linger_ms``: the producer's linger (0:
+    each workload in a request of its own as soon as the previous one is acknowledged; the
+    client, app/submit.py, lingers 5 ms). A workload's completion counts from before it is
+    handed to the producer, so a linger is part of it."""
     run = Run()
     wanted = {str(w["id"]) for w in workloads}
     tails = [topic(namespace, "results")]
@@ -210,7 +214,7 @@ async def drive(namespace: str, workloads: Sequence[dict[str, Any]], arrivals_s:
         tails += await route_topics(namespace)
     consumer = await _tail_consumer(tails)
     results_topic = tails[0]
-    producer = AIOKafkaProducer(bootstrap_servers=BROKER, acks="all", linger_ms=0)
+    producer = AIOKafkaProducer(bootstrap_servers=BROKER, acks="all", linger_ms=linger_ms)
     await producer.start()
     sending_done = asyncio.Event()
 

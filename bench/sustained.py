@@ -3,7 +3,8 @@ pipeline``; ``SWITCHYARD_BENCH_PARTS=sustained`` reruns it alone).
 
 The broker, one worker and two simulated executors (SIMULATED devices: a catalog H100's
 microsecond executions, slept) on this machine; Poisson arrivals at ``rate`` workloads/s
-for ``seconds``, produced by this process, which also reads every result and route back.
+for ``seconds``, produced by this process as the client (app/submit.py) produces them (its
+5 ms linger), which also reads every result and route back.
 What it reports: how many results came back (missing: none within DRAIN_S), how many
 workloads had more than one result record (the contract allows exactly one), the rate the
 results came back at (10 % → 90 % of them), whether the pipeline kept up (completion at the
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from app.submit import LINGER_MS
 from bench.common import fmt, summarize
 from bench.harness import ExecutorSpec, Run, run_trace, start_cluster
 from models.traces import poisson_gaps, synthetic_trace
@@ -61,7 +63,7 @@ def sustained(rate: float, seconds: float) -> dict[str, Any]:
         print(f"[sustained] {count} workloads at {rate:g}/s for {seconds:g} s ...", flush=True)
         before = cpu_seconds(roles)
         run = run_trace(cluster.namespace, trace, np.cumsum(poisson_gaps(count, rate)), DRAIN_S,
-                        watch_routes=True)
+                        watch_routes=True, linger_ms=LINGER_MS)
         after = cpu_seconds(roles)
     finally:
         cluster.stop()
@@ -69,7 +71,7 @@ def sustained(rate: float, seconds: float) -> dict[str, Any]:
     sending_s = (run.last_sent_ms - run.started_ms) / 1e3
     result = {
         "fleet": [s.label() for s in FLEET], "offered_per_s": rate, "seconds": seconds,
-        "workloads": count, "sent_per_s": count / sending_s if sending_s > 0 else None,
+        "workloads": count, "client_linger_ms": LINGER_MS, "sent_per_s": count / sending_s if sending_s > 0 else None,
         "results": len(run.results), "missing": count - len(run.results), "drain_s": DRAIN_S,
         "duplicated": len(run.duplicate_results),
         "failed": sum(1 for r in run.results.values() if r.get("status") != "ok"),
@@ -106,8 +108,11 @@ def report_sustained(result: dict[str, Any]) -> str:
             f"{', '.join(result['fleet'])} (SIMULATED executions, catalog speed) on this "
             f"machine; Poisson arrivals at {result['offered_per_s']:g} workloads/s for "
             f"{result['seconds']:g} s ({result['workloads']} workloads; the load generator sent "
-            f"{fmt(result['sent_per_s'], '.0f')}/s), every result and route read back by the "
-            f"same process. {verdict} CPU share = CPU seconds a process used over the load's "
+            f"{fmt(result['sent_per_s'], '.0f')}/s"
+            + (f", its producer lingering {result['client_linger_ms']:g} ms as the client's "
+               "(app/submit.py) does" if result.get("client_linger_ms") else "")
+            + "), every result and route read back by the same process."
+            + f" {verdict} CPU share = CPU seconds a process used over the load's "
             f"seconds (2.0 is both cores)."
             + (f" Measured {result['measured_at']}." if result.get("measured_at") else ""))
     table = "\n".join([

@@ -148,3 +148,7 @@ def test_sustained_report_says_when_it_did_not_keep_up() -> None:
     text = report_sustained(result)
     assert "did **not** keep up" in text and "10 workloads had no result 120 s after" in text
     assert "| 59990/60000 | 10 | 0 | 990 |" in text
+    assert "lingering" not in text  # a result from before the client's linger was recorded
+    result["client_linger_ms"] = 5
+    assert "its producer lingering 5 ms as the client's (app/submit.py) does" in report_sustained(
+        result)

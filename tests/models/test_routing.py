@@ -130,6 +130,13 @@ def test_route_fields_inflight_entry_and_decision_view_agree() -> None:
     view = decision_view(route)
     assert view["policy"] == "round_robin" and view["measured_ms"] is None
     assert view["decided_at_ms"] == 1234 and view["variant"] == decision.variant.to_dict()
+    assert view["compared"] == route["compared"] == []  # a baseline weighs no terms
+    # switchyard's: why it went there, the chosen option's terms first, then the runners-up
+    chosen = choose(make_policy("switchyard"), w, offers(w, snap, WarmRoutes()), snap.learned,
+                    None, np.random.default_rng(0))
+    view = decision_view(route_fields(w, chosen, "switchyard", attempt=1, decided_at_ms=1))
+    assert view["compared"] and view["compared"][0]["device_class"] == chosen.device_class
+    assert {"exec_ms", "wait_ms", "setup_ms", "score"} <= set(view["compared"][0])
 
 
 def test_a_cold_shape_of_an_unmeasured_mode_is_charged_what_the_executors_calibrated() -> None:

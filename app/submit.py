@@ -97,12 +97,17 @@ async def _results_consumer(settings: Settings) -> AIOKafkaConsumer:
     if not partitions:
         await consumer._client.force_metadata_update()  # the topic may not exist yet
         partitions = consumer.partitions_for_topic(results) or {0}
-    assignment = [TopicPartition(results, p) for p in sorted(partitions)]
+    await assign_at_end(consumer, [TopicPartition(results, p) for p in sorted(partitions)])
+    return consumer
+
+
+async def assign_at_end(consumer: AIOKafkaConsumer, assignment: list[TopicPartition]) -> None:
+    """Assign ``consumer`` the partitions and position it at their ends: it reads only what
+    is produced from now on (results of workloads sent after this)."""
     consumer.assign(assignment)
     ends = await consumer.end_offsets(assignment)
     for tp in assignment:
         consumer.seek(tp, ends[tp])
-    return consumer
 
 
 async def submit(workloads: list[dict[str, Any]], rate: float | None, wait: bool,

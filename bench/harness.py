@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 
 from app.demo import TOPIC_CLEANUP_TIMEOUT_S, delete_namespace_topics
 from app.local import LocalCluster
+from app.submit import assign_at_end
 
 logger = logging.getLogger(__name__)
 # The broker the benchmarks run against (SWITCHYARD_BROKER, as for every process): a fresh one
@@ -177,12 +178,8 @@ async def _tail_consumer(topics: Sequence[str]) -> AIOKafkaConsumer:
                                 group_id=None, fetch_max_wait_ms=20)
     await consumer.start()
     await consumer._client.force_metadata_update()
-    assignment = [TopicPartition(t, p) for t in topics
-                  for p in sorted(consumer.partitions_for_topic(t) or {0})]
-    consumer.assign(assignment)
-    ends = await consumer.end_offsets(assignment)
-    for tp in assignment:
-        consumer.seek(tp, ends[tp])
+    await assign_at_end(consumer, [TopicPartition(t, p) for t in topics
+                                   for p in sorted(consumer.partitions_for_topic(t) or {0})])
     return consumer
 
 

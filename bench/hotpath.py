@@ -35,6 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from app.local import LocalCluster
 from app.records import HeartbeatRecord, metric_columns_bytes, outcome_batch_bytes
 from app.settings import Settings
+from app.submit import assign_at_end
 from app.topics import class_partition, key_partition
 from bench.harness import BROKER, stop_and_delete_topics, topic
 from models.ops import parse_op
@@ -262,11 +263,7 @@ async def reader_at_end(topic_name: str, broker: str = BROKER,
     if not partitions:
         await reader.stop()
         raise RuntimeError(f"{topic_name} did not appear within {wait_s:.0f} s")
-    tps = [TopicPartition(topic_name, p) for p in sorted(partitions)]
-    reader.assign(tps)
-    ends = await reader.end_offsets(tps)
-    for tp in tps:
-        reader.seek(tp, ends[tp])
+    await assign_at_end(reader, [TopicPartition(topic_name, p) for p in sorted(partitions)])
     return reader
 
 

@@ -404,8 +404,9 @@ def _activation_s(kernels: Mapping[tuple[str, str], float]) -> tuple[tuple[str, 
     for (point, precision), ms in sorted(kernels.items()):
         if not point.startswith(ACTIVATED) or precision not in PRECISIONS:
             continue
-        plain_ms = kernels.get((point.split(".", 1)[0], precision))
-        activation, elements = REFERENCE_POINTS[point].activated()
+        op = REFERENCE_POINTS[point]
+        plain_ms = kernels.get((op.kind, precision))  # the same op without the activation
+        activation, elements = op.activated()
         if plain_ms is None or not elements:
             continue
         out.append((activation, precision, max(0.0, ms - plain_ms) / 1e3 / elements))

@@ -54,7 +54,7 @@ from models.routing import (
     choose,
     decision_view,
     inflight_entry,
-    io_bytes,
+    memo_io_bytes,
     offers,
     route_fields,
 )
@@ -167,7 +167,7 @@ def snapshot_now() -> Snapshot:
                     learned=dict(_views["learned"]), setup=_views["setup"],
                     transfer=_views["transfer"], sharing=_views["sharing"],
                     queued_with=_views["queued_with"],
-                    handling=state.handling)
+                    handling=state.handling, memo={})
 
 
 def refresh_views(force: bool = False) -> dict[str, Any]:
@@ -216,13 +216,14 @@ async def send_route(workload: Workload, partition: int, offset: int | None, att
         snapshot.core_left = core_left(
             snapshot.classes, snapshot.sharing, waits, snapshot.backlog_ms,
             {c: state.backlog.count(c) for c in snapshot.sharing})
-    nbytes = io_bytes(workload)
+    nbytes = memo_io_bytes(workload, snapshot)
     candidates = offers(workload, snapshot, warm_routes, nbytes)
     if not candidates:
         return None
     history_view = (history_model(sorted({c.device_class for c in candidates}))
                     if policy.name == "dmda" else None)
-    decision = choose(policy, workload, candidates, snapshot.learned, history_view, rng)
+    decision = choose(policy, workload, candidates, snapshot.learned, history_view, rng,
+                      snapshot.memo)
     fields = route_fields(workload, decision, policy.name, attempt, now_ms())
     topic = await route_topic(decision.device_class)
     charge(snapshot, warm_routes, workload, decision, settings.dispatch_overhead_ms)

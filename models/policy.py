@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from models.baselines import (
     StaticPolicy,
     TrueCost,
 )
-from models.costmodel import CostModelLike
+from models.costmodel import CostModel, CostModelLike
 from models.decision import (
     Candidate,
     Decision,
@@ -93,6 +94,40 @@ COMPARED_OTHERS = 3
 TIE = 0.01
 
 
+@dataclass
+class ModelTerms:
+    """What `SwitchyardPolicy` reads of the cost models for one op over its usable candidates
+    (in their order): the same for every workload of that op and those precisions while the
+    models and classes are (a snapshot's memo keeps it, models/routing.py). Cold classes are
+    already lifted by `SwitchyardPolicy._calibrate_cold` (``lift``: the factor, 1 elsewhere)."""
+
+    mean_ms: list[float]
+    std_ms: list[float]
+    energy: list[float | None]
+    estimated: list[bool]  # energy is the prior's estimate
+    learned: list[bool]
+    versions: list[int]
+    samples: list[int]
+    models: list[CostModelLike]
+    # (ln-ms mean, posterior sd) where the model draws as a CostModel does; None: its sample_ms
+    log_sd: list[tuple[float, float] | None]
+    lift: list[float]
+
+    def draws(self, op: OpSpec, usable: Sequence[Candidate],
+              rng: np.random.Generator) -> list[float]:
+        """One Thompson draw of each candidate's expected time (ms), in order: the same draws
+        from ``rng`` as each model's ``predict_sample`` (or ``sample_ms``), lifted alike."""
+        out = []
+        for i, params in enumerate(self.log_sd):
+            if params is None:
+                c = usable[i]
+                draw = float(self.models[i].sample_ms(op, c.variant, rng))
+            else:
+                draw = math.exp(params[0] + params[1] * float(rng.standard_normal()))
+            out.append(draw * self.lift[i])
+        return out
+
+
 class SwitchyardPolicy:
     """Thompson sampling over cost-model posteriors, under deadline and objective."""
 
@@ -104,6 +139,10 @@ class SwitchyardPolicy:
         self.explore_when_idle = bool(explore_when_idle)
         self._priors = PriorModels()
 
+    # It keeps what it reads of the cost models per (op, precisions) in a snapshot's memo
+    # (models/routing.py::choose).
+    memoizes = True
+
     def decide(
         self,
         workload: Workload,
@@ -111,15 +150,30 @@ class SwitchyardPolicy:
         models: Mapping[str, CostModelLike],
         history: HistoryModel | None,
         rng: np.random.Generator,
+        memo: dict[Any, Any] | None = None,
+        group: Any = None,
     ) -> Decision:
-        """Route ``workload`` to one of ``candidates``; see the module docstring."""
+        """Route ``workload`` to one of ``candidates``; see the module docstring. With a
+        ``memo`` (one snapshot's: the same candidates' classes and variants, and the same
+        ``models``, for every workload of one ``group`` — its op and precisions), the models
+        are read once per group (`ModelTerms`); the decision is the same as without."""
         usable = eligible_candidates(workload, candidates)
         op = workload.op
         n = len(usable)
+        read: ModelTerms | None = None
+        if memo is not None:
+            read = memo.get(("model terms", group))
+        if read is None:
+            read = self._model_terms(op, usable, models)
+            if memo is not None:
+                memo[("model terms", group)] = read
+        mean_ms, std_ms, energy = read.mean_ms, read.std_ms, read.energy
+        estimated, learned, versions, samples = (read.estimated, read.learned, read.versions,
+                                                 read.samples)
+        draw_ms = read.draws(op, usable, rng)
         # Plain floats, not NumPy: a decision weighs a handful of candidates, where each NumPy
         # operation cost more than the arithmetic (the decide stage's largest part; the
         # operations and their order are NumPy's, so the results are the same to the bit).
-        mean_ms, draw_ms, std_ms = [0.0] * n, [0.0] * n, [0.0] * n
         # Per candidate: the wait to start; the one-time setup a probably-cold (shape,
         # variant) costs its executor (build/compile and warm-up); the transfer of the
         # workload's bytes to a remote class (models/transfer.py); what the executor spends
@@ -128,33 +182,6 @@ class SwitchyardPolicy:
         transfer = [float(c.transfer_ms) for c in usable]
         handling = [float(c.handling_ms) for c in usable]
         price = [float(c.price_per_hour) for c in usable]
-        energy: list[float | None] = []
-        estimated: list[bool] = []
-        learned, versions, samples = [], [], []
-        for i, c in enumerate(usable):
-            model, is_learned = self._priors.get(models, c.device_class, c.calibration)
-            fast = getattr(model, "predict_sample", None)
-            if fast is not None:
-                pred, draw = fast(op, c.variant, rng)
-            else:
-                pred = model.predict_one(op, c.variant)
-                draw = model.sample_ms(op, c.variant, rng)
-            draw_ms[i] = float(draw)
-            mean_ms[i], std_ms[i] = float(pred.mean_ms), float(pred.std_ms)
-            joules, guessed = pred.energy_j, False
-            prior = getattr(model, "prior", None)
-            if joules is None and not is_learned and prior is not None:
-                # A class with no model yet: its prior's busy power over the predicted time
-                # (a class that learned times but never energy cannot measure it: fallback).
-                joules, guessed = float(prior.busy_power_w) * pred.mean_ms / 1e3, True
-            energy.append(joules)
-            estimated.append(guessed)
-            learned.append(is_learned)
-            versions.append(model.version if is_learned else 0)
-            samples.append(model.samples if is_learned else 0)
-
-        self._calibrate_cold(op, usable, learned, samples, mean_ms, draw_ms, std_ms, energy,
-                             estimated)
         # The first run of a cold eager shape is one more execution besides its excess.
         setup = [float(c.setup_ms) + float(c.setup_runs) * mean_ms[i]
                  for i, c in enumerate(usable)]
@@ -179,12 +206,19 @@ class SwitchyardPolicy:
             left = usable[i].core_left
             return shared_core_ms(left, besides[i] + exec_ms) if left else (0.0, 0.0)
 
-        shared = [beside(i, mean_ms[i]) for i in range(n)]
-        completion = [wait[i] + besides[i] + mean_ms[i] + shared[i][0] for i in range(n)]
-        delays = [shared[i][1] for i in range(n)]
+        if any(c.core_left for c in usable):
+            shared = [beside(i, mean_ms[i]) for i in range(n)]
+            completion = [wait[i] + besides[i] + mean_ms[i] + shared[i][0] for i in range(n)]
+            delays = [shared[i][1] for i in range(n)]
+            draw_completion = [wait[i] + besides[i] + draw_ms[i] + sum(beside(i, draw_ms[i]))
+                               for i in range(n)]
+        else:  # the same sums, without the shared-core terms' zeros (the common case)
+            shared = [(0.0, 0.0)] * n
+            completion = [wait[i] + besides[i] + mean_ms[i] for i in range(n)]
+            delays = [0.0] * n
+            draw_completion = [wait[i] + besides[i] + draw_ms[i] for i in range(n)]
         # What holding the device costs: its price over setup, transfer, handling, execution.
         cost = [price[i] * (besides[i] + mean_ms[i]) / HOUR_MS for i in range(n)]
-        draw_cost = [price[i] * (besides[i] + draw_ms[i]) / HOUR_MS for i in range(n)]
         allowed = list(range(n))
         if workload.max_cost is not None:
             allowed = [i for i in allowed if cost[i] <= workload.max_cost * (1 + 1e-9)]
@@ -202,19 +236,20 @@ class SwitchyardPolicy:
             objective = {"latency": 1.0, "energy": 0.0}
         wants_cost = objective.get("cost", 0.0) > 0.0
         idx = pool
+        whole = len(idx) == n  # every candidate is in the pool (in order)
 
         def at(values: list[float]) -> list[float]:
-            return [values[i] for i in idx]
+            return values if whole else [values[i] for i in idx]
 
         charged = [completion[i] + delays[i] for i in range(n)]
         greedy_scores = weighted_scores_plain(
             at(charged), None if mean_energy is None else at(mean_energy), objective,
             at(cost) if wants_cost else None)
-        draw_completion = [wait[i] + besides[i] + draw_ms[i] + sum(beside(i, draw_ms[i]))
-                           for i in range(n)]
+        draw_cost = ([price[i] * (besides[i] + draw_ms[i]) / HOUR_MS for i in range(n)]
+                     if wants_cost else None)
         draw_scores = weighted_scores_plain(
             at(draw_completion), None if draw_energy is None else at(draw_energy), objective,
-            at(draw_cost) if wants_cost else None)
+            at(draw_cost) if draw_cost is not None else None)
         greedy_at = best_index_plain(greedy_scores, at(charged))
         greedy = idx[greedy_at]
         pick_at = best_index_plain(draw_scores, at(draw_completion))
@@ -223,11 +258,7 @@ class SwitchyardPolicy:
         if self.explore_when_idle:
             drawn = chosen
             chosen = self._explore_only_when_idle(
-                chosen, greedy, idx, greedy_scores, wait,
-                [float(c.setup_ms) for c in usable],  # beyond the warm-up run
-                [c.cold for c in usable],
-                mean_ms, learned, samples, [c.variant.mode for c in usable],
-                [float(c.core_busy_ms) for c in usable])
+                chosen, greedy, idx, greedy_scores, wait, usable, mean_ms, learned, samples)
             held_back = chosen != drawn
             pick_at = idx.index(chosen)
 
@@ -276,10 +307,37 @@ class SwitchyardPolicy:
             compared=(terms(chosen, greedy_scores[pick_at]), *others),
         )
 
-    def _calibrate_cold(self, op: OpSpec, usable: Sequence[Candidate], learned: list[bool],
-                        samples: list[int], mean_ms: list[float], draw_ms: list[float],
-                        std_ms: list[float], energy: list[float | None],
-                        estimated: list[bool]) -> None:
+    def _model_terms(self, op: OpSpec, usable: Sequence[Candidate],
+                     models: Mapping[str, CostModelLike]) -> ModelTerms:
+        """What the cost models (learned, or the class's prior) say of ``op`` on each usable
+        candidate, cold classes lifted (`_calibrate_cold`)."""
+        n = len(usable)
+        terms = ModelTerms([0.0] * n, [0.0] * n, [], [], [], [], [], [], [], [1.0] * n)
+        for c in usable:
+            model, is_learned = self._priors.get(models, c.device_class, c.calibration)
+            pred = model.predict_one(op, c.variant)
+            terms.mean_ms[len(terms.models)] = float(pred.mean_ms)
+            terms.std_ms[len(terms.models)] = float(pred.std_ms)
+            terms.models.append(model)
+            # A CostModel's draw from its posterior (``predict_sample``) needs only these.
+            fast = getattr(type(model), "predict_sample", None) is CostModel.predict_sample
+            terms.log_sd.append((pred.log_mean, math.sqrt(pred.param_var)) if fast else None)
+            joules, guessed = pred.energy_j, False
+            prior = getattr(model, "prior", None)
+            if joules is None and not is_learned and prior is not None:
+                # A class with no model yet: its prior's busy power over the predicted time
+                # (a class that learned times but never energy cannot measure it: fallback).
+                joules, guessed = float(prior.busy_power_w) * pred.mean_ms / 1e3, True
+            terms.energy.append(joules)
+            terms.estimated.append(guessed)
+            terms.learned.append(is_learned)
+            terms.versions.append(model.version if is_learned else 0)
+            terms.samples.append(model.samples if is_learned else 0)
+        self._calibrate_cold(op, usable, terms)
+        return terms
+
+    def _calibrate_cold(self, op: OpSpec, usable: Sequence[Candidate],
+                        terms: ModelTerms) -> None:
         """Lift the prior of classes with no learned model by how much slower than *their*
         priors the learned classes run this op (the smallest such slowdown; never below 1), in
         place.
@@ -291,6 +349,7 @@ class SwitchyardPolicy:
         attention routed to a CPU core at the start of the sim-fp32 set, 10-15 s each behind
         a 1.5 s GPU queue). The smallest learned slowdown keeps the cold class as attractive
         as the best-calibrated learned one, so it is still explored."""
+        learned, samples, mean_ms = terms.learned, terms.samples, terms.mean_ms
         cold = [i for i in range(len(usable)) if not learned[i]]
         warm = [i for i in range(len(usable)) if learned[i] and samples[i] > 0]
         if not cold or not warm:
@@ -303,32 +362,40 @@ class SwitchyardPolicy:
         factor = math.exp(lift)
         for i in cold:
             mean_ms[i] *= factor
-            draw_ms[i] *= factor
-            std_ms[i] *= factor
-            joules = energy[i]
-            if estimated[i] and joules is not None:
-                energy[i] = joules * factor
+            terms.lift[i] = factor  # each draw is lifted alike (``ModelTerms.draws``)
+            terms.std_ms[i] *= factor
+            joules = terms.energy[i]
+            if terms.estimated[i] and joules is not None:
+                terms.energy[i] = joules * factor
 
     def _explore_only_when_idle(self, chosen: int, greedy: int, idx: list[int],
                                 greedy_scores: list[float], wait: list[float],
-                                setup: list[float], cold: list[bool], mean_ms: list[float],
-                                learned: list[bool], samples: list[int],
-                                usable_modes: list[str], core_busy: list[float]) -> int:
+                                usable: Sequence[Candidate], mean_ms: list[float],
+                                learned: list[bool], samples: list[int]) -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
-        still near its prior; a shape whose setup there — beyond the warm-up run, ``setup`` —
-        is unknown or costs more than the execution) on a class that is not idle and either busier than the greedy pick's or
+        still near its prior; a shape whose setup there — beyond the warm-up run, the
+        candidate's ``setup_ms`` — is unknown or costs more than the execution) on a class
+        that is not idle and either busier than the greedy pick's or
         facing a compilation of unknown cost: then the best pick, by the means, among the
         known, ready candidates. A class sharing its cores with others (``core_busy``: their
         queued work there) is idle only while they are too: on one shared core a try of an
         unknown option takes its turns from everything else queued there (the live sets'
         first halves, BENCHMARKS.md: NumPy's softmax 132-540 ms beside torch's queue)."""
-        known = [bool(learned[i]) and samples[i] >= self.cold_samples and not cold[i]
-                 and setup[i] <= mean_ms[i] for i in range(len(learned))]
-        exploring = chosen != greedy or not known[chosen]
+        def is_known(i: int) -> bool:
+            c = usable[i]
+            return (bool(learned[i]) and samples[i] >= self.cold_samples and not c.cold
+                    and float(c.setup_ms) <= mean_ms[i])
+
+        if chosen == greedy and is_known(chosen):
+            return chosen  # not an exploration
+        cold = [c.cold for c in usable]
+        usable_modes = [c.variant.mode for c in usable]
+        core_busy = [float(c.core_busy_ms) for c in usable]
+        known = [is_known(i) for i in range(len(learned))]
         idle = max(IDLE_WAIT_MS, float(mean_ms[greedy]))
         # A compilation of unknown cost: a cold shape in a mode that compiles.
         compiles = [cold[i] and usable_modes[i] != "eager" for i in range(len(cold))]
-        if not exploring or wait[chosen] + core_busy[chosen] <= idle:
+        if wait[chosen] + core_busy[chosen] <= idle:
             return chosen
         if (wait[chosen] <= wait[greedy] + idle and not compiles[chosen]
                 and core_busy[chosen] <= 0.0):

@@ -59,6 +59,12 @@ class Snapshot:
     core_left: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # Each class's learned handling around the execution (models/handling.py); None: none.
     handling: Handling | None = None
+    # What the decisions of this snapshot share per (op, precisions), computed at the first
+    # workload of that shape: its offers' static terms (`offers`) and the policy's reading
+    # of the cost models (models/policy.py). None: computed for every workload. Only for a
+    # snapshot whose classes, models, setup and transfer views stay as they are while it is
+    # used (the decide agent's batch); the backlog, waits and warm routes may change.
+    memo: dict[Any, Any] | None = None
 
 
 def warm_key(workload: Workload,
@@ -78,18 +84,78 @@ def io_bytes(workload: Workload) -> int:
     return sum(transfer_bytes(workload.op, workload.inputs))
 
 
+# One offer's terms that stay as they are within a snapshot: (class, its view, variant, the
+# expected handling, the expected transfer, the (shape, precision, mode) it keeps warm, and the
+# (setup ms, setup runs, cold) charged where that shape is not warm there).
+_Offer = tuple[str, ClassView, Variant, float, float, tuple[str, str, str],
+               tuple[float, float, bool]]
+
+
+def shape_group(workload: Workload) -> tuple[Any, ...] | None:
+    """The key under which a snapshot's ``memo`` keeps what every workload of the same op
+    and precisions shares; None for a workload with inline inputs (its bytes are its own)."""
+    if workload.inputs is not None:
+        return None
+    return (workload.op, workload.precisions)
+
+
+def memo_io_bytes(workload: Workload, snapshot: Snapshot) -> int:
+    """`io_bytes`, kept in the snapshot's ``memo`` per (op, precisions) where it has one."""
+    group = shape_group(workload) if snapshot.memo is not None else None
+    if group is None:
+        return io_bytes(workload)
+    assert snapshot.memo is not None
+    nbytes = snapshot.memo.get(("io bytes", group))
+    if nbytes is None:
+        nbytes = snapshot.memo[("io bytes", group)] = io_bytes(workload)
+    return int(nbytes)
+
+
 def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
            nbytes: int | None = None) -> list[Candidate]:
     """Every (live class, variant) that can run ``workload``, with its class's backlog, the
     expected setup charged where the class has probably not run this shape and variant, the
     class's expected handling around the execution and, for a class behind a link, the
     expected transfer of the workload's bytes and its price. ``nbytes``: the workload's
-    `io_bytes` where the caller has them (computed here when needed otherwise)."""
+    `io_bytes` where the caller has them (computed here when needed otherwise).
+
+    With a snapshot ``memo``, what does not change within the snapshot (the variants each
+    class offers, handling, transfer, the setup a cold shape would cost) is worked out once
+    per (op, precisions); only the backlog, waits and warm routes are read per workload."""
+    group = shape_group(workload) if snapshot.memo is not None else None
+    static: list[_Offer] | None = None
+    if group is not None:
+        assert snapshot.memo is not None
+        static = snapshot.memo.get(("offers", group))
+        if static is None:
+            static = snapshot.memo[("offers", group)] = _static_offers(workload, snapshot,
+                                                                       nbytes)
+    else:
+        static = _static_offers(workload, snapshot, nbytes)
+    backlog_ms, waits, busy = snapshot.backlog_ms, snapshot.device_wait_ms, snapshot.core_busy_ms
+    core_left, is_warm = snapshot.core_left, warm.is_warm
     out = []
+    for device_class, view, variant, handling_ms, transfer_ms, key, cold_terms in static:
+        setup_ms, setup_runs, cold = (0.0, 0.0, False) if is_warm(device_class, key) \
+            else cold_terms
+        # One construction per candidate (``dataclasses.replace`` of a bare one cost twice).
+        out.append(Candidate(
+            device_class=device_class, variant=variant, live_instances=view.live_instances,
+            backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms,
+            setup_runs=setup_runs, cold=cold,
+            device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
+            price_per_hour=view.price_per_hour, handling_ms=handling_ms,
+            core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration,
+            core_left=core_left.get(device_class, ())))
+    return out
+
+
+def _static_offers(workload: Workload, snapshot: Snapshot, nbytes: int | None) -> list[_Offer]:
+    """`offers`' terms that stay as they are within ``snapshot`` (see ``_Offer``)."""
+    out: list[_Offer] = []
     kind = workload.op.kind
     signature = workload.op.signature()
     handling = snapshot.handling
-    backlog_ms, waits, busy = snapshot.backlog_ms, snapshot.device_wait_ms, snapshot.core_busy_ms
     for device_class, view, variant in class_variants(workload, snapshot.classes):
         stored_transfer = snapshot.transfer.get(device_class)
         handling_ms = transfer_ms = 0.0
@@ -102,32 +168,31 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
                 nbytes = io_bytes(workload)
             transfer_ms = predict_transfer_ms(view.link, stored_transfer, nbytes)
         setup_ms, setup_runs, cold = 0.0, 0.0, False
-        if not warm.is_warm(device_class, shape_key(signature, variant)):
-            stored = snapshot.setup.get(device_class)
-            if setup_known(stored, kind, variant.mode):
-                setup_ms, setup_runs = expected_setup(stored, kind, variant.mode)
-            else:  # what the class's executors measured when they started, if they did
-                calibrated = dict(view.setup_excess).get(variant.mode)
-                if calibrated is None:
-                    cold = True
-                else:
-                    setup_ms, setup_runs = calibrated, 1.0
-        # One construction per candidate (``dataclasses.replace`` of a bare one cost twice).
-        out.append(Candidate(
-            device_class=device_class, variant=variant, live_instances=view.live_instances,
-            backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms,
-            setup_runs=setup_runs, cold=cold,
-            device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
-            price_per_hour=view.price_per_hour, handling_ms=handling_ms,
-            core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration,
-            core_left=snapshot.core_left.get(device_class, ())))
+        stored = snapshot.setup.get(device_class)
+        if setup_known(stored, kind, variant.mode):
+            setup_ms, setup_runs = expected_setup(stored, kind, variant.mode)
+        else:  # what the class's executors measured when they started, if they did
+            calibrated = dict(view.setup_excess).get(variant.mode)
+            if calibrated is None:
+                cold = True
+            else:
+                setup_ms, setup_runs = calibrated, 1.0
+        out.append((device_class, view, variant, handling_ms, transfer_ms,
+                    shape_key(signature, variant), (setup_ms, setup_runs, cold)))
     return out
 
 
 def choose(policy: Policy, workload: Workload, candidates: list[Candidate],
            learned: Mapping[str, CostModelLike], history: HistoryModel | None,
-           rng: np.random.Generator) -> Decision:
-    """The policy's decision, given the learned models of the offered classes only."""
+           rng: np.random.Generator, memo: dict[Any, Any] | None = None) -> Decision:
+    """The policy's decision, given the learned models of the offered classes only. With a
+    snapshot's ``memo`` (`Snapshot.memo`), a policy that keeps what it reads of the models per
+    (op, precisions) there (``memoizes``) reads them once per shape in the snapshot."""
+    group = shape_group(workload) if memo is not None else None
+    if group is not None and getattr(policy, "memoizes", False):
+        # The models a memoizing policy reads are those of the candidates' classes.
+        return policy.decide(workload, candidates, learned, history, rng,  # type: ignore[call-arg]
+                             memo=memo, group=group)
     names = {c.device_class for c in candidates}
     return policy.decide(workload, candidates, {c: m for c, m in learned.items() if c in names},
                          history, rng)

@@ -7,7 +7,7 @@ import pytest
 
 from models.costmodel import CostModel
 from models.handling import Handling
-from models.ops import parse_op
+from models.ops import Variant, parse_op
 from models.policy import make_policy
 from models.registry import ClassView
 from models.routing import (
@@ -159,3 +159,65 @@ def test_a_cold_shape_of_an_unmeasured_mode_is_charged_what_the_executors_calibr
     compiled = got[("jax-cpu-x", "compiled")]
     assert compiled.setup_ms == 150.0 and compiled.setup_runs == 0.0  # measured: it wins
     assert got[("numpy-cpu-x", "eager")].cold  # nothing calibrated, nothing measured
+
+
+def _batch_decisions(memo: dict | None, policy_name: str = "switchyard") -> list[tuple]:
+    """A batch of workloads of two shapes decided in order on one snapshot (charged as they
+    are routed, warm routes marked), with or without the snapshot's memo."""
+    ops = [OP, parse_op({"kind": "matmul", "m": 64, "k": 512, "n": 128})]
+    learned = CostModel("numpy-cpu-x")
+    learned.learn_many([(ops[0], Variant("fp32", "eager"), 3.0, None)] * 20)
+    snap, warm = snapshot(), WarmRoutes()
+    snap.learned = {"numpy-cpu-x": learned}  # jax-cpu-x stays on its prior (a cold class)
+    # Measured setups: each shape's first route to a class is charged one, later ones none.
+    snap.setup = {"jax-cpu-x": {**snap.setup["jax-cpu-x"], "matmul/eager": {"ms": 4.0, "n": 3}},
+                  "numpy-cpu-x": {"matmul/eager": {"ms": 1.0, "n": 3}}}
+    snap.memo = memo
+    policy, rng, out = make_policy(policy_name), np.random.default_rng(7), []
+    for i in range(24):
+        op = ops[i % 3 == 0]
+        w = Workload(id=f"w{i}", op=op, precisions=("fp32", "bf16"), deadline_ms=None,
+                     objective={"latency": 1.0, "energy": 0.0}, raw={"id": f"w{i}"})
+        candidates = offers(w, snap, warm)
+        decision = choose(policy, w, candidates, snap.learned, None, rng, snap.memo)
+        charge(snap, warm, w, decision, dispatch_overhead_ms=2.0)
+        out.append((decision.device_class, decision.variant, decision.predicted_ms,
+                    sum(c.setup_ms for c in candidates), decision.score, decision.reason,
+                    decision.compared, candidates))
+    return out
+
+
+@pytest.mark.parametrize("policy_name", ["switchyard", "jsq"])
+def test_a_snapshot_memo_changes_no_decision(policy_name: str) -> None:
+    """The memo keeps per (op, precisions) what stays as it is within a snapshot; the
+    backlog, the warm routes (a cold shape's setup, charged until it is routed) and the draws
+    still move per workload, so every decision is the one made without it, to the bit."""
+    memo: dict = {}
+    with_memo = _batch_decisions(memo, policy_name)
+    assert with_memo == _batch_decisions(None, policy_name)
+    assert len({d[0] for d in with_memo}) == 2  # both classes were routed to
+    assert with_memo[0][3] > with_memo[-1][3]  # setups offered until the shape was routed
+    kinds = {key[0] for key in memo}
+    assert "offers" in kinds and (policy_name != "switchyard" or "model terms" in kinds)
+    assert len(memo) == len(kinds) * 2  # one entry per kind per shape
+
+
+def test_a_snapshot_memo_reads_each_model_once_per_shape() -> None:
+    """With the memo, the policy asks a class's model about a shape once per snapshot."""
+    asked: list[str] = []
+
+    class Counting(CostModel):
+        def predict_one(self, op, variant):  # type: ignore[no-untyped-def]
+            asked.append(op.signature())
+            return super().predict_one(op, variant)
+
+    snap, warm, w = snapshot(), WarmRoutes(), workload()
+    snap.learned, snap.memo = {"numpy-cpu-x": Counting("numpy-cpu-x")}, {}
+    policy, rng = make_policy("switchyard"), np.random.default_rng(0)
+    for _ in range(5):
+        charge(snap, warm, w, choose(policy, w, offers(w, snap, warm), snap.learned, None, rng,
+                                     snap.memo), dispatch_overhead_ms=2.0)
+    assert len(asked) == 1
+    snap.memo = None
+    choose(policy, w, offers(w, snap, warm), snap.learned, None, rng, snap.memo)
+    assert len(asked) == 2

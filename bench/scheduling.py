@@ -228,7 +228,7 @@ def run_set(device_set: DeviceSet, seconds: float, drain_s: float, out_dir: Path
                          "best true execution time", "policies": {},
         "client_linger_ms": LINGER_MS, "measured_at": now_utc()}
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
-    if device_set.kind == "live" and policies:
+    if policies:
         out["warm_up"] = warm_up(device_set, prepared, policies[0], drain_s)
     for repeat in range(repeats):
         for policy in policies:  # interleaved: a slow spell of the machine hits every policy
@@ -263,11 +263,13 @@ def one_run(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
 
 def warm_up(device_set: DeviceSet, prepared: dict[str, Any], policy: str,
             drain_s: float) -> dict[str, Any]:
-    """One run of ``policy`` before a live set's measured runs, not kept: the first run after
-    the profile was the slowest of its policy's runs in every live set measured (2026-12-06,
-    8 sets: 495-872 ms mean completion against 154-606 for the same policy's later runs; the
-    first policy, switchyard, took that run in each, so its median was the slower of its two
-    others). Returns what it measured, for the record."""
+    """One run of ``policy`` before a set's measured runs, not kept. Live sets: the first run
+    after the profile was the slowest of its policy's runs in every live set measured
+    (2026-12-06, 8 sets: 495-872 ms mean completion against 154-606 for the same policy's
+    later runs). Simulated sets: the first run on a freshly started broker was (2026-12-07,
+    the EPYC: sim-fp32 2,078 ms against 320 and 333, load50 415 against 191 and 280). The
+    first policy, switchyard, took that run each time, so its median was the slower of its
+    two others. Returns what it measured, for the record."""
     stats = one_run(device_set, prepared, policy, drain_s)
     if "error" in stats:
         return {"policy": policy, "error": stats["error"]}
@@ -363,9 +365,10 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "and the Kafka hops: the control plane's cost, shared by every policy). Where a "
         "policy ran more than once (SWITCHYARD_BENCH_REPEATS; the policies interleaved), its "
         "row is the run with the median mean completion, and every run's mean is listed. "
-        "A live set first runs its first policy once more, not kept (a warm-up: the first run "
-        "after the profile was the slowest of its policy's runs in every live set measured "
-        "before, and it fell to the first policy each time). Workloads without a result when the drain period ended "
+        "Each set first runs its first policy once more, not kept (a warm-up: the first run "
+        "after a live set's profile, or on a freshly started broker, was the slowest of its "
+        "policy's runs in every set measured before, and it fell to the first policy each "
+        "time). Workloads without a result when the drain period ended "
         "count with their censored time (a lower bound). Energy: only where an executor "
         "measured it (RAPL/NVML), otherwise –.\n")
     for name, data in results["sets"].items():

@@ -82,12 +82,19 @@ def route_partition(backlog: Backlog, view: ClassView, per_workload_ms: float = 
 def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0.0,
                    now_ms: float | None = None) -> float | None:
     """How long a route sent now would wait at the device `route_partition` picks: its routed
-    work scaled by the class's pace (measured ÷ predicted), plus its workloads' dispatch
-    overhead less the time it has been working through them (since the later of the oldest
-    one's routing and the last completion seen on it: the worker sees a completion only a
-    Kafka hop later, and a sub-millisecond op finished 15 ms ago still charged 8 ms of
-    overhead made an idle fast device look busier than a slow idle one), plus the other
-    workers' work on the class spread over its devices; None where unknown.
+    work scaled by the class's pace (measured ÷ predicted) plus its workloads' dispatch
+    overhead, less the time it has been working through them (since the later of the oldest
+    one's routing and the last completion seen on it), plus the other workers' work on the
+    class spread over its devices; None where unknown.
+
+    The worker sees a completion only after its outcome's Kafka hops (100-250 ms at p50 in
+    the EPYC's sim-fp32-load50 runs), so what a device holds *as the worker sees it* includes
+    work it has finished. Counting only the dispatch overhead down (as this did from
+    2026-12-04), the expected wait read 1.5-1.9x the queue the routes then met (93 ms
+    against 76, 81 against 52 over a run's fifths); counting the whole of it down, 0.9-1.0x
+    (42 against 43, 61 against 60), the router's mean placement 78 → 69 ms over three runs
+    each (2026-12-07, noisy). A device slower than its model is covered by the pace, learned
+    from every completion.
 
     The class's backlog over its instances (``Candidate.expected_wait_ms``) is the wait at an
     average device; the route goes to the least-loaded one, and an earliest-finish policy that
@@ -98,12 +105,9 @@ def device_wait_ms(backlog: Backlog, view: ClassView, per_workload_ms: float = 0
         return None
     routed_ms, routed_count, _, oldest = best
     pace = backlog.pace(view.device_class)
-    overhead = routed_count * per_workload_ms
+    own = routed_ms * pace + routed_count * per_workload_ms
     if now_ms is not None and oldest is not None:
-        # Only the dispatch overhead counts down: the predicted work stays in full, so a device
-        # slower than its model (pace) or than the clock says is never taken for idle.
-        overhead = max(0.0, overhead - max(0.0, now_ms - oldest))
-    own = routed_ms * pace + overhead
+        own = max(0.0, own - max(0.0, now_ms - oldest))
     others = backlog.others_of(view.device_class)
     if others is None:
         return own

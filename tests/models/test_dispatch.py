@@ -119,16 +119,18 @@ def test_the_device_wait_counts_down_from_when_its_oldest_work_was_routed() -> N
     backlog.add_entry(first)
     backlog.add_entry(second)
     assert device_wait_ms(backlog, view, per_workload_ms=8.0) == 36.0  # no clock: in full
-    # Working on them for 6 ms: what they cost it (work and overhead) counts down, to nothing
-    # once they would all be done (their completions are still a Kafka hop away).
-    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_006) == 30.0
-    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_030) == 6.0
+    # Working on them for 6 ms: the first (18 ms with its overhead) is in progress and counts
+    # in full; whole workloads predicted done leave the wait (their completions are still a
+    # Kafka hop away), all of them once the time for all has passed.
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_006) == 36.0
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_020) == 18.0
     assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_100) == 0.0
     backlog.remove_entry(first, now_ms=1_012)  # seen finished at 1_012: second started then
     assert backlog.lane("sim-h100", 0).working_since_ms() == 1_012
-    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_015) == 15.0
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_015) == 18.0
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_030) == 0.0
     backlog.observe("sim-h100", 10.0, 20.0)  # its work takes twice what it was charged
-    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_015) == 25.0
+    assert device_wait_ms(backlog, view, per_workload_ms=8.0, now_ms=1_030) == 28.0
     backlog.remove_entry(second)
     assert backlog.lane("sim-h100", 0).working_since_ms() is None
 

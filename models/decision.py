@@ -8,7 +8,7 @@ decide agent turns into a ``switchyard.routes.<class>`` record.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -35,6 +35,7 @@ __all__ = [
     "eligible_candidates",
     "lowest_plain",
     "objective_weights",
+    "remembered",
     "score_order_key",
     "weighted_scores",
     "weighted_scores_plain",
@@ -153,6 +154,16 @@ class Policy(Protocol):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: name, options and state (see `models.policy.policy_from_dict`)."""
+
+
+def remembered(memo: dict[Any, Any] | None, key: Any, compute: Callable[[], T]) -> T:
+    """``memo[key]``, computed by ``compute()`` the first time it is asked for; without a
+    memo, ``compute()`` every time (a snapshot's memo, models/routing.py::Snapshot)."""
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 def eligible_candidates(workload: Workload, candidates: Sequence[Candidate]) -> list[Candidate]:

@@ -57,6 +57,7 @@ from models.decision import (
     eligible_candidates,
     lowest_plain,
     meets,
+    remembered,
     score_order_key,
     weighted_scores_plain,
 )
@@ -160,13 +161,8 @@ class SwitchyardPolicy:
         usable = eligible_candidates(workload, candidates)
         op = workload.op
         n = len(usable)
-        read: ModelTerms | None = None
-        if memo is not None:
-            read = memo.get(("model terms", group))
-        if read is None:
-            read = self._model_terms(op, usable, models)
-            if memo is not None:
-                memo[("model terms", group)] = read
+        read = remembered(memo, ("model terms", group),
+                          lambda: self._model_terms(op, usable, models))
         mean_ms, std_ms, energy = read.mean_ms, read.std_ms, read.energy
         estimated, learned, versions, samples = (read.estimated, read.learned, read.versions,
                                                  read.samples)
@@ -313,11 +309,10 @@ class SwitchyardPolicy:
         candidate, cold classes lifted (`_calibrate_cold`)."""
         n = len(usable)
         terms = ModelTerms([0.0] * n, [0.0] * n, [], [], [], [], [], [], [], [1.0] * n)
-        for c in usable:
+        for i, c in enumerate(usable):
             model, is_learned = self._priors.get(models, c.device_class, c.calibration)
             pred = model.predict_one(op, c.variant)
-            terms.mean_ms[len(terms.models)] = float(pred.mean_ms)
-            terms.std_ms[len(terms.models)] = float(pred.std_ms)
+            terms.mean_ms[i], terms.std_ms[i] = float(pred.mean_ms), float(pred.std_ms)
             terms.models.append(model)
             # A CostModel's draw from its posterior (``predict_sample``) needs only these.
             fast = getattr(type(model), "predict_sample", None) is CostModel.predict_sample

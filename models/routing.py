@@ -23,7 +23,7 @@ import numpy as np
 
 from models.backlog import InflightEntry
 from models.costmodel import CostModelLike
-from models.decision import Candidate, Decision, Policy
+from models.decision import Candidate, Decision, Policy, remembered
 from models.handling import Handling
 from models.history import HistoryModel
 from models.ops import Variant
@@ -102,13 +102,8 @@ def shape_group(workload: Workload) -> tuple[Any, ...] | None:
 def memo_io_bytes(workload: Workload, snapshot: Snapshot) -> int:
     """`io_bytes`, kept in the snapshot's ``memo`` per (op, precisions) where it has one."""
     group = shape_group(workload) if snapshot.memo is not None else None
-    if group is None:
-        return io_bytes(workload)
-    assert snapshot.memo is not None
-    nbytes = snapshot.memo.get(("io bytes", group))
-    if nbytes is None:
-        nbytes = snapshot.memo[("io bytes", group)] = io_bytes(workload)
-    return int(nbytes)
+    return remembered(snapshot.memo if group is not None else None, ("io bytes", group),
+                      lambda: io_bytes(workload))
 
 
 def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
@@ -123,15 +118,8 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
     class offers, handling, transfer, the setup a cold shape would cost) is worked out once
     per (op, precisions); only the backlog, waits and warm routes are read per workload."""
     group = shape_group(workload) if snapshot.memo is not None else None
-    static: list[_Offer] | None = None
-    if group is not None:
-        assert snapshot.memo is not None
-        static = snapshot.memo.get(("offers", group))
-        if static is None:
-            static = snapshot.memo[("offers", group)] = _static_offers(workload, snapshot,
-                                                                       nbytes)
-    else:
-        static = _static_offers(workload, snapshot, nbytes)
+    static = remembered(snapshot.memo if group is not None else None, ("offers", group),
+                        lambda: _static_offers(workload, snapshot, nbytes))
     backlog_ms, waits, busy = snapshot.backlog_ms, snapshot.device_wait_ms, snapshot.core_busy_ms
     core_left, is_warm = snapshot.core_left, warm.is_warm
     out = []

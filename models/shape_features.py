@@ -1,4 +1,4 @@
-"""Efficiency-curve features of `models.costmodel.CostModel` (feature format 4).
+"""Efficiency-curve features of `models.costmodel.CostModel` (feature format 6).
 
 ln(exec ms) of a real runtime is not a straight line in any size measure: a small op costs the
 per-call overhead whatever its size, a large one its work over the rate the kernel reaches at
@@ -63,6 +63,32 @@ that shape with textbook constants; these features let a *linear* Bayesian regre
   measurements (200 rows per class, five draws, 17 held-out splits, rng seeds 5-8, 10-22):
   held-out top-1 74.7 -> 74.6 %, median error 15.1 -> 14.9 %; model layers top-1
   83.8 -> 85.6 %, error 28.2 -> 27.9 %.
+* Transcendental activations (format 6): per activation whose every element is an erf, exp
+  or tanh (gelu, silu, tanh), ln(1 + elements x 1 ns / work), shared by the kinds that apply
+  one (linear, mlp). What such an element costs is a constant of the runtime, far from the
+  roofline's nominal FLOP and not memory traffic (NumPy's exact gelu goes through scipy's
+  erf: a 1024 -> 2752 gelu linear took 1.5x the 2752 -> 1024 plain one in NumPy, 1.2x in
+  torch); without its own weight the per-kind offset absorbed the gelu rows and
+  overpredicted the plain ones.
+  Learned from the random linears (their activations: none, relu, gelu), it carries to
+  the model layers' gelu MLP, which no random MLP has. Replayed on the cost-model
+  benchmark's measurements (`bench/out/costmodel.json`, 200 rows per class, five draws;
+  prior std 1.0 ln units, 1 ns per element): held-out median error 16.4 -> 15.5 %, top-1
+  91 -> 91 %; model layers 25.6 -> 24.2 %, top-1 43 -> 48 %; 16 other held-out splits
+  (rng seeds 6-21) top-1 83.6 -> 84.3 %, error 17.5 -> 17.3 %. At 50 rows: held-out
+  22.4 -> 22.4 %, top-1 77 -> 76 %, layers 33.6 -> 33.2 %, 44 -> 43 %; at 1000 rows:
+  held-out 13.1 -> 13.6 %, 88 -> 88 %, layers 21.2 -> 21.3 %, 39 -> 42 %. (0.3 ns or a
+  prior std of 0.3: a third to half of the gain; 3 ns: the same within noise.)
+  Tried alongside, and not kept (200 rows, same replay, each against the format-6 row
+  above unless said): ln(smallest GEMM dim / 64) shared by the GEMM kinds (the per-kind
+  weight learns from ~12 random shapes of a kind, none with a conv's 64+ channels): held-out
+  15.2 %, 89 %, layers 24.6 %, 44 %, CV 84.6 %; the vector-lane use of the GEMM's K and N
+  dims (ln(d / (16 ceil(d / 16)))): layers 23.6 %, 46 %, held-out 16.0 %, 90 %; the
+  roofline's compute / memory time ratio (saturating): within noise everywhere. None
+  reaches the model layers' convolutions, overpredicted ~2.6x in torch and ~1.8x in NumPy:
+  torch's random convolutions (4-32 channels) all took 3-13x their roofline time, the
+  layers' (16-2048 channels, most 64+) 1.1-2.5x, and no feature of the random ones tells
+  the two regimes apart.
 
 Every feature is a pure function of (op, variant, prior device), so `CostModel` caches the
 vector per (op, variant) and a prediction stays two dot products.
@@ -99,6 +125,7 @@ __all__ = [
     "N_SHAPE_FEATURES",
     "BIAS_INDEX",
     "PRIOR_INDEX",
+    "TRANSCENDENTAL_ACTIVATIONS",
     "eager_calls",
     "eager_traffic_elements",
     "smallest_dim",
@@ -108,13 +135,19 @@ __all__ = [
 
 # Bumped whenever the vector below changes meaning: a stored model of another format is
 # rebuilt cold rather than read with its weights on the wrong features.
-FEATURE_FORMAT = 5
+FEATURE_FORMAT = 6
 # ln(0.1 ms): centring the work feature keeps the bias weight from absorbing the slopes.
 WORK_CENTRE = math.log(0.1)
 # Hinge knots of the global curve (ln ms of roofline work): 10 µs, 100 µs, 1 ms, 10 ms,
 # 100 ms. One per decade: the measured knee (overhead vs work) of the CPU runtimes moves by
 # about a decade between runtimes and modes.
 GLOBAL_KNOTS: tuple[float, ...] = tuple(math.log(t) for t in (1e-2, 1e-1, 1.0, 10.0, 100.0))
+# Activations whose every element is a transcendental function (erf, exp, tanh): what one costs
+# per element is a constant of the runtime (NumPy's gelu calls scipy's erf), not memory traffic.
+TRANSCENDENTAL_ACTIVATIONS: tuple[str, ...] = ("gelu", "silu", "tanh")
+# The per-element cost (ms) the activation features are built at: ~1 ns, about an eager
+# runtime's erf or exp per fp32 element on one core.
+ACTIVATION_ELEMENT_MS = 1e-6
 NON_SHAPE_FIELDS = frozenset({"kernel", "stride", "padding"})
 _NON_EAGER = tuple(m for m in MODES if m != "eager")
 SHAPE_FEATURE_NAMES: tuple[str, ...] = (
@@ -144,6 +177,7 @@ SHAPE_FEATURE_NAMES: tuple[str, ...] = (
     "traffic",
     "traffic@compiled",
     "small@lowprec",
+    *(f"act={a}" for a in TRANSCENDENTAL_ACTIVATIONS),
 )
 N_SHAPE_FEATURES = len(SHAPE_FEATURE_NAMES)
 BIAS_INDEX = 0
@@ -161,6 +195,8 @@ def feature_group(name: str) -> str:
         return "hinge"
     if name.startswith("small@"):
         return "small@kind"
+    if name.startswith("act="):
+        return "act"
     if name.startswith("work@") and name.count("@") == 2:
         return "work@variant@kind"
     if "@kind=" in name:
@@ -296,7 +332,7 @@ def shape_features(
     cache_bytes: tuple[float, float, float],
     mem_bw_bytes_s: float = DEFAULT_MEM_BW_BYTES_S,
 ) -> np.ndarray:
-    """The format-4 feature vector (length `N_SHAPE_FEATURES`, float64).
+    """The format-6 feature vector (length `N_SHAPE_FEATURES`, float64).
 
     ``prior_log_ms`` is the class's roofline time with overhead, ``work_log_ms`` without it
     (both ln ms); ``cache_bytes`` the L1, L2 and L3 sizes of the class's device and
@@ -346,6 +382,9 @@ def shape_features(
     x[_INDEX[f"small@kind={kind}"]] = small
     if variant.precision != "fp32":
         x[_INDEX["small@lowprec"]] = small
+    activation, elements = op.activated()
+    if elements and activation in TRANSCENDENTAL_ACTIVATIONS:
+        x[_INDEX[f"act={activation}"]] = math.log1p(elements * ACTIVATION_ELEMENT_MS / work_ms)
     traffic_ms = (eager_traffic_elements(op) * PRECISION_BYTES[variant.precision]
                   / max(mem_bw_bytes_s, 1.0) * 1e3)
     x[_INDEX["traffic"]] = math.log1p(traffic_ms / work_ms)

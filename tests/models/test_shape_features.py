@@ -19,6 +19,7 @@ from models.shape_features import (
     FEATURE_FORMAT,
     N_SHAPE_FEATURES,
     SHAPE_FEATURE_NAMES,
+    TRANSCENDENTAL_ACTIVATIONS,
     eager_calls,
     eager_traffic_elements,
     feature_group,
@@ -100,6 +101,29 @@ def test_small_dim_and_eager_traffic_features() -> None:
                      "head_dim": 64, "causal": True})
     assert eager_traffic_elements(long) == 2.0 * 8 * 1024 * 1024 * 8
     assert features_of(long, FP32)["traffic"] > 0.5
+
+
+def test_transcendental_activation_features() -> None:
+    def linear(activation: str, batch: int = 64) -> dict[str, float]:
+        return features_of(parse_op({"kind": "linear", "batch": batch, "in_features": 256,
+                                     "out_features": 1024, "activation": activation}), FP32)
+
+    # Only the op's own transcendental activation is set; relu and none set none of them.
+    for activation in ("none", "relu"):
+        assert all(linear(activation)[f"act={a}"] == 0.0 for a in TRANSCENDENTAL_ACTIVATIONS)
+    gelu = linear("gelu")
+    assert gelu["act=gelu"] > 0.0 and gelu["act=silu"] == gelu["act=tanh"] == 0.0
+    # ln(1 + elements x 1 ns / work): the same share of the work at any batch (both scale
+    # with it), larger where the GEMM behind it is cheap per output element.
+    assert linear("gelu", 256)["act=gelu"] == pytest.approx(gelu["act=gelu"], rel=0.05)
+    cheap = features_of(parse_op({"kind": "linear", "batch": 64, "in_features": 16,
+                                  "out_features": 1024, "activation": "gelu"}), FP32)
+    assert cheap["act=gelu"] > gelu["act=gelu"]
+    # An MLP's activation runs between its layers, not after the last one.
+    mlp = parse_op({"kind": "mlp", "batch": 8, "dims": [64, 128, 10], "activation": "silu"})
+    assert features_of(mlp, FP32)["act=silu"] > 0.0
+    assert features_of(parse_op({"kind": "matmul", "m": 64, "k": 64, "n": 64}),
+                       FP32)["act=gelu"] == 0.0
 
 
 def test_cache_spill_and_alignment_features() -> None:

@@ -52,7 +52,6 @@ from models.routing import (
     Snapshot,
     charge,
     choose,
-    decision_view,
     inflight_entry,
     memo_io_bytes,
     offers,
@@ -250,7 +249,7 @@ def remember(routed: Routed, key: str, previous: InflightEntry | None) -> None:
     """
     workload, route = routed.workload, routed.fields
     device_class = str(route["device_class"])
-    state.record_decision(routed.partition, decision_view(route))
+    state.record_decision(routed.partition, route)
     state.note_route(workload, device_class)
     observability.inc("switchyard_decisions_total", device_class=device_class,
                       policy=policy.name, reason=str(route["reason"]))

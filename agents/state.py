@@ -43,6 +43,7 @@ from models.backlog import Backlog, BacklogShare, InflightEntry, merge_shares
 from models.handling import Handling
 from models.inflight import InflightBook
 from models.probing import RecentShapes
+from models.routing import decision_view
 from models.workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -77,17 +78,18 @@ def note_route(workload: Workload, device_class: str) -> None:
         last_routed[device_class] = time.monotonic()
 
 
-def record_decision(partition: int, entry: dict[str, Any]) -> None:
-    """Keep a decision in its partition's ring of recent decisions."""
+def record_decision(partition: int, route: dict[str, Any]) -> None:
+    """Keep a route's fields in its partition's ring of recent decisions (the view of it is
+    built when read: most are pushed out of the ring unread)."""
     ring = recent.get(partition)
     if ring is None:
         ring = recent[partition] = deque(maxlen=DECISION_RING)
-    ring.append(entry)
+    ring.append(route)
 
 
 def recent_decisions() -> list[dict[str, Any]]:
-    """Every kept decision, in no particular order."""
-    return [entry for ring in recent.values() for entry in ring]
+    """Every kept decision (models/routing.py::decision_view), in no particular order."""
+    return [decision_view(route) for ring in recent.values() for route in ring]
 
 
 def assigned_workload_partitions() -> set[int]:

@@ -44,7 +44,10 @@ __all__ = [
 Reason = Literal["explore", "exploit", "fallback"]
 
 
-@dataclass(frozen=True)
+# Candidate and Decision are built for every workload (a few candidates, one decision) and
+# never changed after: plain dataclasses, because a frozen one's __init__ sets each field
+# through object.__setattr__ (4 µs for 14 fields against 1 µs; ~7 % of the decide stage).
+@dataclass
 class Candidate:
     """One way to run a workload: a device class, a variant, and the class's queue."""
 
@@ -98,7 +101,7 @@ class Candidate:
             self.device_wait_ms, 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Decision:
     """One routing decision. ``energy_fallback`` marks an energy-weighted request decided on
     latency because some candidate class had no energy measurements."""
@@ -301,7 +304,16 @@ def score_order_key(score: float, latency: float) -> tuple[bool, float, bool, fl
 def best_index_plain(scores: Sequence[float], latency_ms: Sequence[float]) -> int:
     """`best_index` on plain floats: the index of the lowest score,
     ties broken by the lower latency, then by the lower index."""
-    return min(range(len(scores)), key=lambda i: score_order_key(scores[i], latency_ms[i]))
+    best, best_score, best_latency = 0, scores[0], latency_ms[0]
+    for i in range(1, len(scores)):
+        score, latency = scores[i], latency_ms[i]
+        if score != score or latency != latency or best_score != best_score \
+                or best_latency != best_latency:  # a nan: the general order (nan last)
+            return min(range(len(scores)),
+                       key=lambda j: score_order_key(scores[j], latency_ms[j]))
+        if score < best_score or (score == best_score and latency < best_latency):
+            best, best_score, best_latency = i, score, latency
+    return best
 
 
 def lowest_plain(values: Sequence[float]) -> int:

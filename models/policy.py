@@ -118,6 +118,11 @@ class ModelTerms:
               rng: np.random.Generator) -> list[float]:
         """One Thompson draw of each candidate's expected time (ms), in order: the same draws
         from ``rng`` as each model's ``predict_sample`` (or ``sample_ms``), lifted alike."""
+        if None not in self.log_sd:  # one call for every draw: the same values, in order
+            normals = rng.standard_normal(len(self.log_sd)).tolist()
+            return [math.exp(params[0] + params[1] * z) * lift
+                    for params, z, lift in zip(self.log_sd, normals, self.lift, strict=True)
+                    if params is not None]
         out = []
         for i, params in enumerate(self.log_sd):
             if params is None:

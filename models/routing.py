@@ -200,10 +200,12 @@ def charge(snapshot: Snapshot, warm: WarmRoutes, workload: Workload, decision: D
 
 def route_fields(workload: Workload, decision: Decision, policy_name: str, attempt: int,
                  decided_at_ms: int) -> dict[str, Any]:
-    """The fields of the route record (app/records.py ``RouteRecord``)."""
+    """The fields of the route record (app/records.py ``RouteRecord``). They share the
+    workload's request and the decision's compared terms (neither is changed after: the route
+    is serialised, kept in the in-flight entry and the ring of recent decisions as it is)."""
     return {
         "id": workload.id,
-        "workload": dict(workload.raw),
+        "workload": workload.raw,
         "device_class": decision.device_class,
         "variant": decision.variant.to_dict(),
         "predicted_ms": float(decision.predicted_ms),
@@ -220,7 +222,7 @@ def route_fields(workload: Workload, decision: Decision, policy_name: str, attem
         "predicted_transfer_ms": float(decision.transfer_ms),
         "predicted_cost": float(decision.cost),
         "energy_estimated": bool(decision.energy_estimated),
-        "compared": [dict(entry) for entry in decision.compared],
+        "compared": list(decision.compared),
     }
 
 

@@ -46,7 +46,7 @@ class WorkloadLimits:
     max_depth: int = 32  # workloads nest 4 deep; anything far deeper is hostile
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: one per workload on the hot path (see models/decision.py::Candidate)
 class Workload:
     """A validated request. ``inputs`` (decoded arrays) and ``raw`` stay out of repr."""
 
@@ -167,10 +167,35 @@ def _parse_precisions(op: OpSpec, value: object) -> tuple[str, ...]:
 OBJECTIVES = ("latency", "energy", "cost")
 
 
+# Objectives already parsed (most requests name one of a few): the key is each weight with
+# its type, so 1, 1.0 and True are told apart as the checks tell them.
+_OBJECTIVES_PARSED: dict[Any, dict[str, float]] = {}
+_OBJECTIVES_PARSED_SIZE = 256
+
+
 def parse_objective(value: object) -> dict[str, float]:
     """``"latency"`` | ``"energy"`` | ``"cost"`` | ``{"latency": w, "energy": w, "cost": w}``
     (any of the keys) -> weights summing to 1. ``latency`` and ``energy`` are always present
-    (0 when not asked for); ``cost`` only when asked for."""
+    (0 when not asked for); ``cost`` only when asked for. A new dict each call."""
+    if isinstance(value, str):
+        key: Any = value
+    elif isinstance(value, dict):
+        key = tuple((k, type(w), w) for k, w in value.items())
+    else:
+        return _parse_objective(value)
+    try:
+        parsed = _OBJECTIVES_PARSED.get(key)
+    except TypeError:  # a weight that is not hashable (a list): checked, not remembered
+        return _parse_objective(value)
+    if parsed is None:
+        parsed = _parse_objective(value)
+        if len(_OBJECTIVES_PARSED) >= _OBJECTIVES_PARSED_SIZE:
+            _OBJECTIVES_PARSED.clear()
+        _OBJECTIVES_PARSED[key] = parsed
+    return dict(parsed)
+
+
+def _parse_objective(value: object) -> dict[str, float]:
     if isinstance(value, str) and value in OBJECTIVES:
         value = {value: 1}
     if not isinstance(value, dict) or not value or not set(value) <= set(OBJECTIVES):

@@ -627,3 +627,33 @@ def test_switchyard_weighs_the_turns_a_shared_core_takes_from_queued_work() -> N
     assert picks(3.0, shared=True) == {"torch-cpu-x86"}
     assert picks(3.0, shared=False) == {"numpy-cpu-x86"}
     assert picks(1.0, shared=True) == {"numpy-cpu-x86"}
+
+
+def test_model_terms_draw_what_each_model_would_draw_in_order() -> None:
+    """`ModelTerms.draws` takes every candidate's Thompson draw from one call on the
+    generator when all are CostModels; the values are those of one ``predict_sample`` (or
+    ``sample_ms``) per candidate, in order, with a mixed set (a non-CostModel among them)
+    as well."""
+    from models.history import HistoryCostModel
+    from models.policy import SwitchyardPolicy
+
+    op = parse_op({"kind": "matmul", "m": 128, "k": 256, "n": 64})
+    learned = CostModel.for_class("sim-h100")
+    learned.learn_many([(op, FP32, 0.4, None)] * 5)
+    other = CostModel.for_class("sim-l4")
+    usable = [Candidate("sim-h100", FP32), Candidate("sim-l4", FP32),
+              Candidate("sim-l4", Variant("fp32", "compiled"))]
+    models = {"sim-h100": learned, "sim-l4": other}
+    policy = SwitchyardPolicy()
+    for mixed in (False, True):
+        if mixed:
+            models["sim-l4"] = HistoryCostModel("sim-l4")
+        terms = policy._model_terms(op, usable, models)
+        assert (None in terms.log_sd) is mixed
+        ours, theirs = np.random.default_rng(11), np.random.default_rng(11)
+        got = terms.draws(op, usable, ours)
+        want = [float(terms.models[i].sample_ms(op, c.variant, theirs)) * terms.lift[i]
+                for i, c in enumerate(usable)]
+        assert got == pytest.approx(want, rel=1e-12)
+        assert len(set(got)) == len(got)  # three draws, not one repeated
+        assert ours.standard_normal() == theirs.standard_normal()  # the generator moved alike

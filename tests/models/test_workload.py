@@ -205,3 +205,18 @@ def test_any_workload_parses_or_raises_spec_error(obj: dict[str, Any]) -> None:
         parse_workload(obj)
     except SpecError as exc:
         assert str(exc)
+
+
+def test_parsed_objectives_are_remembered_but_never_shared() -> None:
+    """parse_objective keeps what it parsed (most requests name one of a few objectives):
+    a caller that changes its dict changes nothing for the next request, and weights that
+    compare equal but are refused differently (True against 1) are not taken for each other."""
+    first = parse_objective({"latency": 1, "cost": 3})
+    first["latency"] = 99.0
+    assert parse_objective({"latency": 1, "cost": 3}) == {"latency": 0.25, "energy": 0.0,
+                                                          "cost": 0.75}
+    with pytest.raises(SpecError):
+        parse_objective({"latency": True})
+    with pytest.raises(SpecError):
+        parse_objective({"latency": [1]})  # not hashable: checked, not remembered
+    assert parse_objective("latency") is not parse_objective("latency")

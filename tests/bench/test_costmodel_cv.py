@@ -59,3 +59,24 @@ def test_the_goal_is_met_only_when_the_other_draws_meet_it_too() -> None:
     assert ": not met." in text
     results["cross_validation"]["models"]["switchyard"]["top1"] = [0.92]
     assert ": met." in report(results, quick=True)
+
+
+def test_a_replay_reads_back_an_earlier_runs_shapes_and_measurements(tmp_path) -> None:
+    """SWITCHYARD_BENCH_COSTMODEL_REPLAY scores this build's models on a saved run: the
+    shapes (random ones, then the layers, in index order), the measurements without their
+    op copies and the run's facts come back as that run had them."""
+    import json
+
+    from bench.costmodel import replayed
+
+    ops, measured = synthetic(6)
+    saved = {"measurements": [{**r, "op": ops[r["shape"]].to_dict()} for r in measured],
+             "shapes": 4, "layer_ids": ["bert-a", "bert-b"], "per_kind": 2, "repeats": 4,
+             "measure_s": 12.5, "machine": {"date_utc": "2026-12-06 12:46 UTC"}}
+    path = tmp_path / "costmodel.json"
+    path.write_text(json.dumps(saved))
+    rows, shapes, count, layers, facts = replayed(path)
+    assert rows == measured and shapes == ops and count == 4
+    assert layers == [("bert-a", ops[4]), ("bert-b", ops[5])]
+    assert facts["replayed_from"] == str(path) and facts["measure_s"] == 12.5
+    assert facts["measured_on"]["date_utc"] == "2026-12-06 12:46 UTC"

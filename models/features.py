@@ -1,6 +1,6 @@
 """Op/variant features of format 1: the SGD comparator (`models.sgd_model`) and the
 benchmark's gradient-boosting comparator use them; `models.costmodel.CostModel` has its own,
-`models.shape_features` (format 4).
+`models.shape_features` (format 6).
 
 A feature vector describes *what* is computed (FLOPs, bytes, arithmetic intensity, op kind,
 and a per-kind size slope) and *how* (precision, eager/compiled mode), plus the roofline prior

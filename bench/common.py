@@ -23,6 +23,10 @@ MD_TITLE = "# Switchyard benchmarks\n\nRegenerate any section with the command i
     "JSON and PNG files are under `bench/out/`.\n"
 
 
+# Issue 13's measure of a routing choice: "right" when the chosen option's time is within 15 %
+# of the fastest's (bench/layers.py, and the cost-model benchmark's "pick within 15 %").
+WITHIN = 1.15
+
 def _start_marker(name: str) -> str:
     return f"<!-- bench:{name}:start -->"
 

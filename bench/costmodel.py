@@ -404,25 +404,24 @@ def replayed(path: Path) -> tuple[list[dict[str, Any]], list[OpSpec], int,
     models on, without timing anything again."""
     data = json.loads(path.read_text())
     rows = data["measurements"]
-    shapes: list[OpSpec | None] = [None] * (max(r["shape"] for r in rows) + 1)
-    for row in rows:
-        shapes[row["shape"]] = parse_op(row["op"])
-    if any(op is None for op in shapes):
+    ops = {row["shape"]: row["op"] for row in rows}
+    if set(ops) != set(range(len(ops))):
         raise ValueError(f"{path}: a shape index without a measurement")
+    shapes = [parse_op(ops[i]) for i in range(len(ops))]
     count = int(data["shapes"])
     layers = list(zip(data["layer_ids"], shapes[count:], strict=True))
     measured = [{k: v for k, v in r.items() if k != "op"} for r in rows]
     facts = {"replayed_from": str(path), "measured_on": data["machine"],
              "per_kind": data["per_kind"], "repeats": data["repeats"],
              "measure_s": data["measure_s"]}
-    return measured, shapes, count, layers, facts  # type: ignore[return-value]
+    return measured, shapes, count, layers, facts
 
 
 def run(quick: bool, out_dir: Path) -> int:
     """Entry point. With SWITCHYARD_BENCH_COSTMODEL_REPLAY=<an earlier costmodel.json>, the
-    models of this build are scored on that run's measurements instead of new ones (a model
-    change compared on the same timings, and on a quiet machine's: the repeats' own spread
-    doubled in a run beside a busy neighbour)."""
+    models of this build are scored on that run's measurements instead of new ones: a model
+    change compared on the same timings (a new run times different ones, and the machine, its
+    CPU and the repeats' own spread move between runs)."""
     info = machine()
     per_kind, repeats = (6, 4) if quick else (16, 8)
     replay = os.environ.get("SWITCHYARD_BENCH_COSTMODEL_REPLAY")

@@ -30,6 +30,7 @@ import numpy as np
 
 from bench import fleets
 from bench.common import (
+    WITHIN,
     fmt,
     machine,
     markdown_table,
@@ -45,7 +46,6 @@ from models.traces import poisson_gaps
 
 WORKDIR = Path(os.environ.get("SWITCHYARD_BENCH_WORKDIR", "/tmp/switchyard-bench")) / "layers"
 TRACE = Path(__file__).resolve().parent.parent / "traces" / "model-layers.jsonl"
-WITHIN = 1.15
 RATE_PER_S = 4.0
 ARMS: tuple[tuple[str, dict[str, str]], ...] = (
     ("probes off", {}),

@@ -304,13 +304,12 @@ def score_order_key(score: float, latency: float) -> tuple[bool, float, bool, fl
 def best_index_plain(scores: Sequence[float], latency_ms: Sequence[float]) -> int:
     """`best_index` on plain floats: the index of the lowest score,
     ties broken by the lower latency, then by the lower index."""
+    if any(v != v for v in scores) or any(v != v for v in latency_ms):
+        # a nan: the general order (nan last)
+        return min(range(len(scores)), key=lambda j: score_order_key(scores[j], latency_ms[j]))
     best, best_score, best_latency = 0, scores[0], latency_ms[0]
     for i in range(1, len(scores)):
         score, latency = scores[i], latency_ms[i]
-        if score != score or latency != latency or best_score != best_score \
-                or best_latency != best_latency:  # a nan: the general order (nan last)
-            return min(range(len(scores)),
-                       key=lambda j: score_order_key(scores[j], latency_ms[j]))
         if score < best_score or (score == best_score and latency < best_latency):
             best, best_score, best_latency = i, score, latency
     return best

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -157,12 +158,48 @@ def _check_field(kind: str, name: str, value: object) -> object:
     return _check_int(kind, name, value)
 
 
-# Specs already checked, by their exact JSON description (each value with its type, so that
-# 1, 1.0 and true stay apart) and limit: traffic repeats its shapes, and checking every field
-# again was a fifth of parsing a workload. Specs are frozen, so one instance is shared.
-# Bounded (cleared when full): descriptions come from input.
-_PARSED: dict[tuple[object, ...], OpSpec] = {}
+P = TypeVar("P")
+
+
+class ParseCache(Generic[P]):
+    """What a parser returned for JSON values it already checked, keyed by the value's exact
+    description (each field with its type, so that 1, 1.0 and true stay apart: `typed_key`).
+    Bounded (cleared when full): descriptions come from input. A key that is not hashable (a
+    list among the fields) is checked every time, never remembered."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._parsed: dict[object, P] = {}
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+    def clear(self) -> None:
+        self._parsed.clear()
+
+    def get(self, key: object, parse: Callable[[], P]) -> P:
+        """The remembered result for ``key``, else ``parse()`` (remembered)."""
+        try:
+            parsed = self._parsed.get(key)
+        except TypeError:
+            return parse()
+        if parsed is None:
+            parsed = parse()
+            if len(self._parsed) >= self._size:
+                self._parsed.clear()
+            self._parsed[key] = parsed
+        return parsed
+
+
+def typed_key(obj: dict[str, Any]) -> tuple[tuple[str, type, Any], ...]:
+    """``obj``'s fields as (name, type, value), in order: a `ParseCache` key."""
+    return tuple((k, type(v), v) for k, v in obj.items())
+
+
+# Specs already checked, with their limit: traffic repeats its shapes, and checking every
+# field again was a fifth of parsing a workload. Specs are frozen, so one instance is shared.
 _PARSED_SIZE = 4096
+_PARSED: ParseCache[OpSpec] = ParseCache(_PARSED_SIZE)
 
 
 def parse_op(obj: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> OpSpec:
@@ -174,17 +211,7 @@ def parse_op(obj: object, max_elements: int = DEFAULT_MAX_ELEMENTS) -> OpSpec:
     """
     if not isinstance(obj, dict):
         return _parse_op(obj, max_elements)
-    key = (max_elements, *((k, type(v), v) for k, v in obj.items()))
-    try:
-        spec = _PARSED.get(key)
-    except TypeError:  # a value that is not hashable (a list): checked, not remembered
-        return _parse_op(obj, max_elements)
-    if spec is None:
-        spec = _parse_op(obj, max_elements)
-        if len(_PARSED) >= _PARSED_SIZE:
-            _PARSED.clear()
-        _PARSED[key] = spec
-    return spec
+    return _PARSED.get((max_elements, typed_key(obj)), lambda: _parse_op(obj, max_elements))
 
 
 def _parse_op(obj: object, max_elements: int) -> OpSpec:

@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models.ops import PRECISIONS, OpSpec, SpecError, parse_op, supports_precision
+from models.ops import (
+    PRECISIONS,
+    OpSpec,
+    ParseCache,
+    SpecError,
+    parse_op,
+    supports_precision,
+    typed_key,
+)
 from models.tensors import decode_tensor
 
 MAX_ID_LENGTH = 128
@@ -167,32 +175,18 @@ def _parse_precisions(op: OpSpec, value: object) -> tuple[str, ...]:
 OBJECTIVES = ("latency", "energy", "cost")
 
 
-# Objectives already parsed (most requests name one of a few): the key is each weight with
-# its type, so 1, 1.0 and True are told apart as the checks tell them.
-_OBJECTIVES_PARSED: dict[Any, dict[str, float]] = {}
-_OBJECTIVES_PARSED_SIZE = 256
+# Objectives already parsed: most requests name one of a few.
+_OBJECTIVES_PARSED: ParseCache[dict[str, float]] = ParseCache(256)
 
 
 def parse_objective(value: object) -> dict[str, float]:
     """``"latency"`` | ``"energy"`` | ``"cost"`` | ``{"latency": w, "energy": w, "cost": w}``
     (any of the keys) -> weights summing to 1. ``latency`` and ``energy`` are always present
     (0 when not asked for); ``cost`` only when asked for. A new dict each call."""
-    if isinstance(value, str):
-        key: Any = value
-    elif isinstance(value, dict):
-        key = tuple((k, type(w), w) for k, w in value.items())
-    else:
+    if not isinstance(value, str | dict):
         return _parse_objective(value)
-    try:
-        parsed = _OBJECTIVES_PARSED.get(key)
-    except TypeError:  # a weight that is not hashable (a list): checked, not remembered
-        return _parse_objective(value)
-    if parsed is None:
-        parsed = _parse_objective(value)
-        if len(_OBJECTIVES_PARSED) >= _OBJECTIVES_PARSED_SIZE:
-            _OBJECTIVES_PARSED.clear()
-        _OBJECTIVES_PARSED[key] = parsed
-    return dict(parsed)
+    key = value if isinstance(value, str) else typed_key(value)
+    return dict(_OBJECTIVES_PARSED.get(key, lambda: _parse_objective(value)))
 
 
 def _parse_objective(value: object) -> dict[str, float]:

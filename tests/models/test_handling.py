@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.handling import Handling, handling_ms
+from models.handling import CAP_AFTER_ROWS, Handling, handling_ms
 from models.transfer import update_transfer
 
 MB = 1_000_000  # as models/transfer.py counts them
@@ -85,3 +85,44 @@ def test_a_real_change_gets_through_the_cap_within_a_few_rows() -> None:
         seen.append(handling.ms("torch-cpu-x", 32 * MB))
     assert seen == sorted(seen) and seen[0] < 20.0  # capped, and rising every row
     assert seen[-1] > 50.0
+
+
+
+def test_a_class_with_few_rows_is_charged_at_most_the_least_measured_class() -> None:
+    """CI, 2026-12-07: a simulated H100's first rows read 142 ms of handling (its executor
+    off the core on a loaded machine) beside a simulated CPU core's 0.75 ms. Taken as the
+    class's estimate, the router sent it nothing more and it never came back."""
+    handling = Handling()
+    for _ in range(3):
+        handling.observe("sim-cpu-core", 0.05 * MB, 0.75)
+    handling.observe("sim-h100", 0.05 * MB, 142.0)
+    assert handling.ms("sim-h100", 0.05 * MB) == pytest.approx(0.75, rel=0.01)
+    # The only class measured has nothing to be compared with: its rows count.
+    alone = Handling()
+    alone.observe("sim-h100", 0.05 * MB, 142.0)
+    assert alone.ms("sim-h100", 0.05 * MB) == pytest.approx(142.0, rel=0.01)
+
+
+def test_a_stall_among_a_class_first_rows_does_not_stay_in_its_estimate() -> None:
+    handling = Handling()
+    handling.observe("sim-cpu-core", 0.05 * MB, 0.75)
+    handling.observe("sim-h100", 0.05 * MB, 142.0)
+    for _ in range(CAP_AFTER_ROWS - 1):
+        handling.observe("sim-h100", 0.05 * MB, 0.5)
+    # Its own line now, the stall capped against it: near 0.5 ms, not 142 / 10.
+    assert 0.5 < handling.ms("sim-h100", 0.05 * MB) < 1.5
+    assert handling.by_class()["sim-h100"]["rows"] == CAP_AFTER_ROWS
+
+
+def test_a_class_truly_slower_to_handle_has_its_own_estimate_after_its_first_rows() -> None:
+    """Erring low draws the rows that correct it: a live runtime's ~44 ms of handling beside
+    simulated classes that handle in under 1 ms, sizes from 1 to 32 MB."""
+    handling = Handling()
+    for _ in range(20):
+        handling.observe("sim-cpu-core", 1 * MB, 0.75)
+    for i in range(CAP_AFTER_ROWS):
+        assert handling.ms("torch-cpu-x", 1 * MB) <= 0.76
+        mb = (1, 8, 32)[i % 3]
+        handling.observe("torch-cpu-x", mb * MB, 40.0 + 1.5 * mb)
+    assert handling.ms("torch-cpu-x", 1 * MB) == pytest.approx(41.5, rel=0.05)
+    assert handling.ms("torch-cpu-x", 32 * MB) == pytest.approx(88.0, rel=0.05)

@@ -123,6 +123,17 @@ def judge(workloads: list[dict[str, Any]], results: dict[str, dict[str, Any]],
     return rows
 
 
+def explain_misses(rows: list[dict[str, Any]], decisions: list[dict[str, Any]],
+                   ids: dict[str, str]) -> None:
+    """Give each late row that was not right the router's ``compared`` terms for it (from the
+    worker's recent decisions; absent where the ring had dropped it): which option it scored
+    best, and what it predicted for the option the profile measured fastest."""
+    compared = {ids[d["id"]]: d.get("compared") for d in decisions if d.get("id") in ids}
+    for row in rows:
+        if row["late"] and not row["right"] and compared.get(row["id"]):
+            row["compared"] = compared[row["id"]]
+
+
 def arm_summary(rows: list[dict[str, Any]], run: Run, sent: int, probes: int,
                 table_classes: list[str]) -> dict[str, Any]:
     """Late accuracy, regret and class shares of one arm."""
@@ -172,13 +183,16 @@ def run_arm(name: str, env: dict[str, str], workloads: list[dict[str, Any]],
         run = run_trace(cluster.namespace, mine, arrivals, 60.0)
         try:
             probes = probes_sent(cluster.local.api_text("/metrics"))
-        except OSError:
-            probes = -1
+            decisions = json.loads(cluster.local.api_text("/api/decisions?limit=5000"))
+        except (OSError, ValueError):
+            probes, decisions = -1, {}
     finally:
         threading.Thread(target=cluster.stop, daemon=False).start()
     answered = {w["id"]: run.results[m["id"]] for w, m in zip(workloads, mine, strict=True)
                 if m["id"] in run.results}
     rows = judge(workloads, answered, table)
+    explain_misses(rows, decisions.get("decisions") or [], {m["id"]: w["id"] for w, m in
+                                                            zip(workloads, mine, strict=True)})
     summary = arm_summary(rows, run, len(mine), probes, sorted(table))
     summary["rows"] = rows
     if rounds:

@@ -61,6 +61,9 @@ class Candidate:
     # Predicted executions to add to ``setup_ms`` (1 when it is the first run's excess over
     # one execution: the warm-up run is one more; models/setup.py).
     setup_runs: float = 0.0
+    # The share of that setup the policy weighs (the rest is spread over the shape's expected
+    # repeats, models/setup.py::setup_share); the backlog is charged all of it.
+    setup_share: float = 1.0
     # The class has probably not run this (shape, variant) yet and has never measured what
     # setting it up costs: trying it is exploration (models/policy.py: only on an idle class).
     cold: bool = False

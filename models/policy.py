@@ -242,7 +242,11 @@ class SwitchyardPolicy:
         def at(values: list[float]) -> list[float]:
             return values if whole else [values[i] for i in idx]
 
-        charged = [completion[i] + delays[i] for i in range(n)]
+        # A cold shape's setup is weighed at its share (the rest spread over the shape's
+        # expected repeats, models/setup.py::setup_share); completion and backlog keep it all.
+        rebate = [setup[i] * (1.0 - float(usable[i].setup_share)) for i in range(n)]
+        charged = [completion[i] + delays[i] - rebate[i] for i in range(n)]
+        draw_completion = [draw_completion[i] - rebate[i] for i in range(n)]
         greedy_scores = weighted_scores_plain(
             at(charged), None if mean_energy is None else at(mean_energy), objective,
             at(cost) if wants_cost else None)
@@ -278,7 +282,8 @@ class SwitchyardPolicy:
             return {"device_class": cand.device_class, "precision": cand.variant.precision,
                     "mode": cand.variant.mode, "exec_ms": float(mean_ms[i]),
                     "transfer_ms": float(transfer[i]), "wait_ms": float(wait[i]),
-                    "setup_ms": float(setup[i]), "handling_ms": float(handling[i]),
+                    "setup_ms": float(setup[i]), "setup_share": float(cand.setup_share),
+                    "handling_ms": float(handling[i]),
                     "shared_core_ms": float(shared[i][0] + delays[i]),
                     "energy_j": energy[i],
                     "cost": float(cost[i]), "score": float(score)}
@@ -384,7 +389,7 @@ class SwitchyardPolicy:
         def is_known(i: int) -> bool:
             c = usable[i]
             return (bool(learned[i]) and samples[i] >= self.cold_samples and not c.cold
-                    and float(c.setup_ms) <= mean_ms[i])
+                    and float(c.setup_ms) * float(c.setup_share) <= mean_ms[i])
 
         if chosen == greedy and is_known(chosen):
             return chosen  # not an exploration

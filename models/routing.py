@@ -29,7 +29,7 @@ from models.history import HistoryModel
 from models.ops import Variant
 from models.probing import ProbeOption
 from models.registry import ClassView, class_variants
-from models.setup import WarmRoutes, expected_setup, setup_known
+from models.setup import WarmRoutes, expected_setup, setup_known, setup_share
 from models.transfer import predict_transfer_ms, transfer_bytes
 from models.workload import Workload
 
@@ -122,6 +122,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
                         lambda: _static_offers(workload, snapshot, nbytes))
     backlog_ms, waits, busy = snapshot.backlog_ms, snapshot.device_wait_ms, snapshot.core_busy_ms
     core_left, is_warm = snapshot.core_left, warm.is_warm
+    share = setup_share(warm.routed(static[0][5][0])) if static else 1.0
     out = []
     for device_class, view, variant, handling_ms, transfer_ms, key, cold_terms in static:
         setup_ms, setup_runs, cold = (0.0, 0.0, False) if is_warm(device_class, key) \
@@ -130,7 +131,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
         out.append(Candidate(
             device_class=device_class, variant=variant, live_instances=view.live_instances,
             backlog_ms=float(backlog_ms.get(device_class, 0.0)), setup_ms=setup_ms,
-            setup_runs=setup_runs, cold=cold,
+            setup_runs=setup_runs, setup_share=share, cold=cold,
             device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
             price_per_hour=view.price_per_hour, handling_ms=handling_ms,
             core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from models.costmodel import CostModel
-from models.decision import Candidate, class_representatives
+from models.decision import Candidate, Decision, class_representatives
 from models.history import HistoryModel
 from models.ops import OpSpec, Variant, parse_op
 from models.policy import POLICY_NAMES, make_policy
@@ -657,3 +657,23 @@ def test_model_terms_draw_what_each_model_would_draw_in_order() -> None:
         assert got == pytest.approx(want, rel=1e-12)
         assert len(set(got)) == len(got)  # three draws, not one repeated
         assert ours.standard_normal() == theirs.standard_normal()  # the generator moved alike
+
+
+def test_switchyard_spreads_a_cold_shape_setup_over_the_times_the_shape_came_before() -> None:
+    """A shape routed n times before is taken to come n more: a cold class with 5 ms of setup
+    beside an equal warm one with 1 ms queued loses the first time the shape comes and wins
+    once it has come five times (its setup weighed at 1/6: 0.83 ms). The decision still
+    carries the whole setup: the backlog is charged all of it."""
+    model = CostModel.for_class("sim-h100")
+    models = {"sim-h100": model, "sim-a100": model}  # the same predictions for both
+    policy = make_policy("switchyard")
+
+    def pick(share: float) -> Decision:
+        cold = Candidate("sim-h100", FP32, 1, 0.0, setup_ms=5.0, setup_share=share)
+        warm = Candidate("sim-a100", FP32, 1, 1.0)
+        return policy.decide(workload(), [cold, warm], models, None, rng(0))
+
+    assert pick(1.0).device_class == "sim-a100"
+    later = pick(1.0 / 6.0)
+    assert later.device_class == "sim-h100" and later.setup_ms == pytest.approx(5.0)
+    assert later.compared[0]["setup_share"] == pytest.approx(1.0 / 6.0)

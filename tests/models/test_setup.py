@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from models.setup import WarmRoutes, expected_setup, update_setup
+from models.setup import WarmRoutes, expected_setup, setup_share, update_setup
 
 
 def test_setup_is_learned_per_kind_and_mode_with_a_mode_fallback() -> None:
@@ -62,3 +62,16 @@ def test_warm_routes_are_per_class_and_bounded_least_recent_first_out() -> None:
     warm.mark("cpu", a)  # used again: b is now the oldest
     warm.mark("cpu", c)
     assert warm.is_warm("cpu", a) and warm.is_warm("cpu", c) and not warm.is_warm("cpu", b)
+
+
+def test_warm_routes_count_each_shape_routed_to_any_class() -> None:
+    warm = WarmRoutes(capacity=2)
+    assert warm.routed("matmul:a") == 0 and setup_share(0) == 1.0
+    warm.mark("torch-cpu-x", ("matmul:a", "fp32", "eager"))
+    warm.mark("numpy-cpu-x", ("matmul:a", "fp32", "eager"))
+    warm.mark("torch-cpu-x", ("matmul:a", "bf16", "eager"))
+    assert warm.routed("matmul:a") == 3 and setup_share(3) == 0.25
+    # Bounded: the least recently routed shapes go first.
+    for i in range(40):
+        warm.mark("torch-cpu-x", (f"matmul:{i}", "fp32", "eager"))
+    assert warm.routed("matmul:a") == 0 and warm.routed("matmul:39") == 1

@@ -29,7 +29,7 @@ from app.records import OUTCOME_BATCH_VERSION, ResultRecord, row_maker, wire_byt
 from app.streaming import check_fields, dead_letter, decode_object, event_context, now_ms
 from app.tables import completed, input_offsets
 from models.backlog import InflightEntry, charge_of
-from models.handling import handling_ms
+from models.handling import handling_key, handling_ms
 
 guard = OffsetGuard("complete", input_offsets)
 # Result deliveries not yet acknowledged (checked at each batch: a failed one stops the worker).
@@ -147,8 +147,8 @@ async def complete_outcome(outcome: Outcome) -> None:
 
 
 def learn_handling(outcome: Outcome, entry: InflightEntry, service: float) -> None:
-    """What the executor spent around the execution, learned per class against the bytes the
-    workload moved (models/handling.py). Skipped for a workload that set up a cold shape: its
+    """What the executor spent around the execution, learned per class and precision against
+    the bytes the workload moved (models/handling.py). Skipped for a workload that set up a cold shape: its
     warm-up run, outside the execution, would count as handling: the outcome's ``setup_ms``
     (``compile_ms`` from executors that do not report it). On the layers trace, cold runs
     were 23 of NumPy's 73 handling rows (p90 24 ms against 1.8 warm) and JAX's, at 154 ms,
@@ -161,7 +161,8 @@ def learn_handling(outcome: Outcome, entry: InflightEntry, service: float) -> No
     ms = handling_ms(service, float(outcome.latency_ms) / share, None,
                      None if outcome.transfer_ms is None else outcome.transfer_ms / share)
     if ms is not None:
-        state.handling.observe(outcome.device_class, float(nbytes), ms)
+        precision = str((entry.get("variant") or {}).get("precision") or "fp32")
+        state.handling.observe(handling_key(outcome.device_class, precision), float(nbytes), ms)
 
 
 def service_ms(outcome: Outcome) -> float:

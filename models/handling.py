@@ -9,7 +9,11 @@ it is about 1.5 ms per MB moved: a 4096 x 2048 softmax takes 76 ms to make its i
 executions alone took a 2 ms prediction for a 110 ms workload, and its queues for several
 times shorter than they were (the class's pace, measured ÷ charged, was held at its bound).
 
-Learned per class by each worker from the outcomes it completes (agents/complete.py), as a
+Learned per class and precision (`handling_key`: a bf16 workload's inputs are converted to
+bf16 and its output back, ~1.5 ms for a BERT-base QKV projection on torch, where its fp32 run
+converts nothing; learned per class alone, torch's line on the model layers benchmark carried
+1.7 ms of handling to every fp32 op against NumPy's 0.8, more than most of those ops'
+executions) by each worker from the outcomes it completes (agents/complete.py), as a
 line in the workload's input and output bytes with exponential forgetting: the fit of a link's
 transfer time (models/transfer.py), here with a vague prior. Charged to a candidate beside
 its execution, setup and transfer, and to the class's backlog with the route. A class with
@@ -48,6 +52,12 @@ CAP_FACTOR = 4.0  # a row counts as at most this many times the current estimate
 CAP_FLOOR_MS = 2.0  # ... plus this (a row near 0 ms still moves it)
 
 
+def handling_key(device_class: str, precision: str) -> str:
+    """The key a class's handling is learned under for a precision: the class for fp32,
+    ``<class>/<precision>`` for the others."""
+    return device_class if precision == "fp32" else f"{device_class}/{precision}"
+
+
 def handling_ms(service_ms: float, exec_ms: float, compile_ms: float | None,
                 transfer_ms: float | None) -> float | None:
     """A workload's handling: what its executor held it for (``service_ms``, its share of a
@@ -58,52 +68,54 @@ def handling_ms(service_ms: float, exec_ms: float, compile_ms: float | None,
 
 
 class Handling:
-    """Per class, the learned line ``handling ms = a + b · MB`` (see the module)."""
+    """Per `handling_key` (class and precision), the learned line ``handling ms = a + b · MB``
+    (see the module)."""
 
     def __init__(self) -> None:
         self._sums: dict[str, dict[str, Any]] = {}
         self._fits: dict[str, TransferEstimate | None] = {}
-        self._first: dict[str, list[tuple[float, float]]] = {}  # a class's rows, until it
+        self._first: dict[str, list[tuple[float, float]]] = {}  # a key's rows, until it
         # has CAP_AFTER_ROWS of them
 
-    def observe(self, device_class: str, nbytes: float, ms: float) -> None:
-        """One finished workload of the class: ``nbytes`` in and out, ``ms`` of handling
-        (capped once the class has an estimate: see the module)."""
-        first = self._first.get(device_class)
-        if first is None and device_class not in self._sums:
-            first = self._first[device_class] = []
+    def observe(self, key: str, nbytes: float, ms: float) -> None:
+        """One finished workload of the class in a precision (``key``: `handling_key`):
+        ``nbytes`` in and out, ``ms`` of handling (capped: see the module)."""
+        first = self._first.get(key)
+        if first is None and key not in self._sums:
+            first = self._first[key] = []
         if first is not None:
             first.append((nbytes, ms))
             if len(first) >= CAP_AFTER_ROWS:
-                del self._first[device_class]
+                del self._first[key]
                 first = capped_rows(first)
-            self._sums[device_class] = update_transfer(None, first)
+            self._sums[key] = update_transfer(None, first)
         else:
             if ms > CAP_FLOOR_MS:  # a row under the floor is never capped
-                fit = self._fit(device_class)
+                fit = self._fit(key)
                 if fit is not None:
                     ms = min(ms, CAP_FACTOR * fit.ms(nbytes) + CAP_FLOOR_MS)
-            self._sums[device_class] = update_transfer(self._sums[device_class],
-                                                       [(nbytes, ms)])
-        self._fits.pop(device_class, None)
+            self._sums[key] = update_transfer(self._sums[key], [(nbytes, ms)])
+        self._fits.pop(key, None)
 
-    def _fit(self, device_class: str) -> TransferEstimate | None:
-        if device_class not in self._fits:
-            stored = self._sums.get(device_class)
-            self._fits[device_class] = (fit_transfer(None, stored)
-                                        if stored and stored.get("n") else None)
-        return self._fits[device_class]
+    def _fit(self, key: str) -> TransferEstimate | None:
+        if key not in self._fits:
+            stored = self._sums.get(key)
+            self._fits[key] = (fit_transfer(None, stored)
+                               if stored and stored.get("n") else None)
+        return self._fits[key]
 
-    def ms(self, device_class: str, nbytes: float) -> float:
-        """The expected handling of a workload of ``nbytes`` on the class."""
-        fit = self._fit(device_class)
-        if fit is not None and device_class not in self._first:
+    def ms(self, key: str, nbytes: float) -> float:
+        """The expected handling of a workload of ``nbytes`` on the class in a precision
+        (``key``: `handling_key`)."""
+        fit = self._fit(key)
+        if fit is not None and key not in self._first:
             return fit.ms(nbytes)
         measured = [f.ms(nbytes) for c in self._sums if (f := self._fit(c)) is not None]
         return min(measured, default=0.0)  # its own among them while it has few rows
 
     def by_class(self) -> dict[str, dict[str, float]]:
-        """``{class: {"a_ms", "ms_per_mb", "rows"}}`` for the dashboard and logs."""
+        """``{key: {"a_ms", "ms_per_mb", "rows"}}`` (`handling_key`: the class, or
+        ``<class>/<precision>`` beside fp32) for the dashboard and logs."""
         out = {}
         for c in sorted(self._sums):
             fit = self._fit(c)

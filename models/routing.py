@@ -24,7 +24,7 @@ import numpy as np
 from models.backlog import InflightEntry
 from models.costmodel import CostModelLike
 from models.decision import Candidate, Decision, Policy, remembered
-from models.handling import Handling
+from models.handling import Handling, handling_key
 from models.history import HistoryModel
 from models.ops import Variant
 from models.probing import ProbeOption
@@ -151,7 +151,7 @@ def _static_offers(workload: Workload, snapshot: Snapshot, nbytes: int | None) -
         if handling is not None:
             if nbytes is None:
                 nbytes = io_bytes(workload)
-            handling_ms = handling.ms(device_class, nbytes)
+            handling_ms = handling.ms(handling_key(device_class, variant.precision), nbytes)
         if view.link is not None or stored_transfer:
             if nbytes is None:
                 nbytes = io_bytes(workload)

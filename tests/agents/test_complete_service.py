@@ -69,3 +69,27 @@ def test_handling_is_learned_from_outcomes_that_set_nothing_up() -> None:
         assert state.handling.by_class()["c"]["rows"] == 1
     finally:
         state.handling = saved
+
+
+def test_handling_is_learned_per_precision() -> None:
+    """A bf16 workload's inputs are converted and its output converted back: its handling is
+    learned apart from the class's fp32 handling, which it would otherwise raise."""
+    from agents import complete, state
+    from models.handling import Handling, handling_key
+
+    saved = state.handling
+    state.handling = Handling()
+    try:
+        nbytes = 3 * 1024 * 1024
+        fp32 = {"device_class": "c", "io_bytes": nbytes, "variant": {"precision": "fp32"}}
+        bf16 = {"device_class": "c", "io_bytes": nbytes, "variant": {"precision": "bf16"}}
+        quick = outcome(decided_at_ms=1_000, finished_at_ms=1_052)  # held 12: 2 of handling
+        slow = outcome(decided_at_ms=1_000, finished_at_ms=1_070)  # held 30: 20 of handling
+        for _ in range(12):
+            complete.learn_handling(quick, fp32, service_ms(quick))
+            complete.learn_handling(slow, bf16, service_ms(slow))
+        assert state.handling.ms(handling_key("c", "fp32"), nbytes) == pytest.approx(2.0, rel=0.1)
+        assert state.handling.ms(handling_key("c", "bf16"), nbytes) == pytest.approx(20.0, rel=0.1)
+        assert set(state.handling.by_class()) == {"c", "c/bf16"}
+    finally:
+        state.handling = saved

@@ -221,3 +221,22 @@ def test_a_snapshot_memo_reads_each_model_once_per_shape() -> None:
     snap.memo = None
     choose(policy, w, offers(w, snap, warm), snap.learned, None, rng, snap.memo)
     assert len(asked) == 2
+
+
+def test_offers_charge_each_precision_its_own_handling() -> None:
+    """jax-cpu-x's bf16 workloads convert their inputs and output (20 ms here), its fp32 ones
+    do not (3 ms): each offer carries its own precision's handling."""
+    from models.handling import handling_key
+
+    snap = snapshot()
+    snap.handling = Handling()
+    w = workload(("fp32", "bf16"))
+    nbytes = io_bytes(w)
+    for _ in range(20):
+        snap.handling.observe(handling_key("jax-cpu-x", "fp32"), nbytes, 3.0)
+        snap.handling.observe(handling_key("jax-cpu-x", "bf16"), nbytes, 20.0)
+    got = {(c.device_class, c.variant.precision, c.variant.mode): c.handling_ms
+           for c in offers(w, snap, WarmRoutes())}
+    assert got[("jax-cpu-x", "fp32", "eager")] == pytest.approx(3.0, rel=0.05)
+    assert got[("jax-cpu-x", "fp32", "compiled")] == pytest.approx(3.0, rel=0.05)
+    assert got[("jax-cpu-x", "bf16", "eager")] == pytest.approx(20.0, rel=0.05)

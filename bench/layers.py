@@ -287,9 +287,11 @@ def run(quick: bool, out_dir: Path) -> int:
     count, repeats = (2, 3) if quick else (6, 7)
     ops = list({json.dumps(w["op"], sort_keys=True): parse_op(w["op"]) for w in layers}.values())
     started = time.monotonic()
-    # Execution alone: what the executors report and the cost model learns and predicts. The
-    # handling of a benchmark workload (inputs made from its seed, the output's checksum) is
-    # nothing a router weighs, and with it the profile was 2-7x the executions as measured.
+    # Execution alone: what the executors report and the cost model learns and predicts, and
+    # what issue 13's goal names. The router weighs more: the whole time the executor holds
+    # the workload (models/handling.py: inputs made, a bf16 variant's conversions, the output's
+    # checksum), so where a small op's bf16 gain is less than its conversions the two disagree
+    # (BENCHMARKS.md, model layers: most of the late misses at 6a30bce).
     table, rounds = fleets.live_profiles([s.runtime for s in fleets.LIVE_FLEET], ops,
                                          ("fp32", "bf16"), repeats, handling=False,
                                          interleaved=True)

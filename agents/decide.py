@@ -312,6 +312,17 @@ async def decide(stream: Any) -> None:
         observability.inc(observability.STAGE_CPU, time.thread_time() - began, stage="decide")
 
 
+def is_completed(workload_id: str, event: Any) -> bool:
+    """Whether the workload of ``event`` already has its result: looked up in the ``completed``
+    table's partition of the event. Faust looks a key up only in the partition of the current
+    event, which in a batch is the last one the stream delivered, not this one: in the
+    reliability suite (test_rebalance, CI 2026-12-07) workloads of partition 3 re-read after
+    a rebalance, in a batch that ended with another partition's record, were looked up in that
+    partition's store, taken for new, routed again and given a second result."""
+    with event_context(event):
+        return workload_id.encode() in completed
+
+
 def redelivered(entry: InflightEntry, event: Any) -> bool:
     """Whether an in-flight entry was written for this very workload record (delivered again
     after a crash) rather than for an earlier submission of the same id."""
@@ -335,7 +346,7 @@ async def decide_batch(batch: list[Any]) -> None:
             await dead_letter("decide", event, str(exc))
             continue
         previous = None if workload.id in seen else state.book.get(workload.id)
-        if (workload.id in seen or workload.id.encode() in completed
+        if (workload.id in seen or is_completed(workload.id, event)
                 or (previous and not redelivered(previous, event))):
             observability.inc("switchyard_duplicates_suppressed_total", stage="decide")
             continue
@@ -382,7 +393,8 @@ async def reroute(stream: Any) -> None:
             await dead_letter("reroute", event, f"malformed re-route request: {exc}")
             continue
         entry = state.book.get(workload_id)
-        if not entry or int(entry.get("attempt", 1)) != attempt or workload_id.encode() in completed:
+        if not entry or int(entry.get("attempt", 1)) != attempt or is_completed(
+                workload_id, state.workload_partition_event(int(entry.get("partition", 0)))):
             continue  # already completed or already routed again
         try:
             workload = parse_workload(entry["workload"], LIMITS)

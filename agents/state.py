@@ -124,6 +124,12 @@ def _partition_write(partition: int = 0) -> PartitionWrite:
     return PartitionWrite(topics.workloads.get_topic_name(), partition)
 
 
+def workload_partition_event(partition: int) -> PartitionWrite:
+    """A current event standing for a workload partition (`_partition_write`), for reading a
+    table partitioned like the workloads outside that partition's own events."""
+    return _partition_write(partition)
+
+
 def add_inflight(key: str, partition: int, workload_id: str, entry: InflightEntry,
                  previous: InflightEntry | None = None) -> None:
     """A route was sent: hold its entry in batch ``key`` and charge the backlog (releasing

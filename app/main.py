@@ -86,6 +86,13 @@ def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
         producer_linger=settings.producer_linger_ms / 1000.0,
         producer_max_batch_size=settings.producer_max_batch_bytes,
         consumer_max_fetch_size=16 * 1024 * 1024,
+        # No standby replicas: a partition a worker takes over is recovered from its changelog,
+        # not promoted from a standby copy. With Faust's default (one standby), a worker that
+        # took a partition over from a leaving one found its stores stale although Faust had
+        # them at the changelog's end: its offset guard re-read workloads already completed, and
+        # the completed table, as stale, let them complete twice (tests/reliability/
+        # test_rebalance.py::test_worker_joins_then_one_leaves_mid_trace, 1 run in 5, 2026-12-07).
+        table_standby_replicas=0,
     )
 
 

@@ -394,7 +394,7 @@ async def reroute(stream: Any) -> None:
             continue
         entry = state.book.get(workload_id)
         if not entry or int(entry.get("attempt", 1)) != attempt or is_completed(
-                workload_id, state.workload_partition_event(int(entry.get("partition", 0)))):
+                workload_id, state.partition_write(int(entry.get("partition", 0)))):
             continue  # already completed or already routed again
         try:
             workload = parse_workload(entry["workload"], LIMITS)

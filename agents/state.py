@@ -117,17 +117,12 @@ app.on_rebalance_complete.connect(_on_rebalance_complete)  # type: ignore[arg-ty
 
 
 
-def _partition_write(partition: int = 0) -> PartitionWrite:
+def partition_write(partition: int = 0) -> PartitionWrite:
     """The current event of a write that belongs to a workload partition (a share's write from
-    a timer; an in-flight batch written after a decide batch that mixed partitions): these
-    tables are partitioned like the workloads topic."""
+    a timer; an in-flight batch written after a decide batch that mixed partitions), or of a
+    read of one outside that partition's events: these tables are partitioned like the
+    workloads topic."""
     return PartitionWrite(topics.workloads.get_topic_name(), partition)
-
-
-def workload_partition_event(partition: int) -> PartitionWrite:
-    """A current event standing for a workload partition (`_partition_write`), for reading a
-    table partitioned like the workloads outside that partition's own events."""
-    return _partition_write(partition)
 
 
 def add_inflight(key: str, partition: int, workload_id: str, entry: InflightEntry,
@@ -146,7 +141,7 @@ def write_inflight(key: str) -> None:
     value = book.value(key)
     if not value:
         return  # every workload of it finished already
-    with event_context(_partition_write(book.partition(key))):
+    with event_context(partition_write(book.partition(key))):
         inflight[key] = value
     book.mark_written(key)
 
@@ -164,7 +159,7 @@ def close_inflight(workload_id: str, now: float | None = None) -> InflightEntry 
 def _drop(batches: list[tuple[str, int]]) -> None:
     for key, partition in batches:
         # KeyError: not in this worker's store (already deleted); the tombstone is sent anyway.
-        with event_context(_partition_write(partition)), contextlib.suppress(KeyError):
+        with event_context(partition_write(partition)), contextlib.suppress(KeyError):
             del inflight[key]
 
 
@@ -198,7 +193,7 @@ def publish_share() -> bool:
     now = time.monotonic()
     if share == _published["classes"] and now - _published["at"] < SHARE_REFRESH_S:
         return False
-    write = _partition_write()
+    write = partition_write()
     with event_context(write):
         value: BacklogShare = {"worker": WORKER_ID, "at_ms": now_ms(), "classes": share}
         backlog_shares[WORKER_ID] = value

@@ -244,9 +244,11 @@ class SwitchyardPolicy:
 
         # A cold shape's setup is weighed at its share (the rest spread over the shape's
         # expected repeats, models/setup.py::setup_share); completion and backlog keep it all.
-        rebate = [setup[i] * (1.0 - float(usable[i].setup_share)) for i in range(n)]
-        charged = [completion[i] + delays[i] - rebate[i] for i in range(n)]
-        draw_completion = [draw_completion[i] - rebate[i] for i in range(n)]
+        charged = [completion[i] + delays[i] for i in range(n)]
+        if any(setup):
+            rebate = [setup[i] * (1.0 - float(usable[i].setup_share)) for i in range(n)]
+            charged = [charged[i] - rebate[i] for i in range(n)]
+            draw_completion = [draw_completion[i] - rebate[i] for i in range(n)]
         greedy_scores = weighted_scores_plain(
             at(charged), None if mean_energy is None else at(mean_energy), objective,
             at(cost) if wants_cost else None)

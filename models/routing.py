@@ -122,7 +122,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
                         lambda: _static_offers(workload, snapshot, nbytes))
     backlog_ms, waits, busy = snapshot.backlog_ms, snapshot.device_wait_ms, snapshot.core_busy_ms
     core_left, is_warm = snapshot.core_left, warm.is_warm
-    share = setup_share(warm.routed(static[0][5][0])) if static else 1.0
+    share = setup_share(warm.routed(workload.op.signature()))
     out = []
     for device_class, view, variant, handling_ms, transfer_ms, key, cold_terms in static:
         setup_ms, setup_runs, cold = (0.0, 0.0, False) if is_warm(device_class, key) \

@@ -289,6 +289,27 @@ def test_regression_unexcited_directions_relax_to_the_prior_not_beyond() -> None
     assert reg.cov[2, 2] <= prior_var * (1 + 1e-9)  # no wind-up in the unused direction
 
 
+
+def test_noisy_rows_never_make_the_weights_less_known_than_the_prior() -> None:
+    # Rows that pin down the first two weights, with noise 5x the prior's guess: the third
+    # direction is unexcited, and its variance (noise x cov) would be 25x the prior's.
+    rng = np.random.default_rng(13)
+    prior_std = np.array([1.0, 1.0, 0.3])
+    reg = BayesLinReg(np.zeros(3), prior_std, 0.2)
+    X = np.column_stack([np.ones(400), rng.normal(size=400), np.zeros(400)])
+    reg.update(X, X[:, 1] + rng.normal(scale=1.0, size=400))
+    assert reg.noise_var > 10 * 0.2**2  # the noise estimate followed the rows
+    x = np.array([1.0, 0.5, 4.0])  # far along the unexcited feature
+    _, param_var, noise = reg.moments(x)
+    uncapped = noise * float(x @ reg.cov @ x)
+    prior_var = float((x * x) @ prior_std**2)
+    assert uncapped > 5 * prior_var  # what it reported before the cap
+    assert param_var == pytest.approx(prior_var)
+    # Where the rows did pin the weights down, the data's (smaller) variance is kept.
+    seen = np.array([1.0, 0.5, 0.0])
+    assert reg.moments(seen)[1] == pytest.approx(noise * float(seen @ reg.cov @ seen))
+    assert reg.moments(seen)[1] < 0.1 * float((seen * seen) @ prior_std**2)
+
 def test_regression_rejects_bad_shapes_and_values() -> None:
     reg = BayesLinReg(np.zeros(3), np.ones(3), 0.5)
     with pytest.raises(ValueError):

@@ -130,6 +130,24 @@ def validate_rows(rows: Iterable[Row]) -> list[Row]:
     return out
 
 
+# The most a Thompson draw spreads a prediction by (ln units, one std): the weights' std of a
+# cold live class reads 1.3-3.6 at the live mix's shapes (the prior stds are sized for how
+# far data may move the weights, not for how far a cold prediction misses), while the cold
+# calibrated priors measured miss by a median of 46-51 % and a p90 of 180-216 % (`switchyard
+# bench priors`: a log std of ~0.6-0.7). Draws at the full width sent a tenth of the live bf16
+# set's workloads to options 3-7x slower by their means (JAX compilations, NumPy layernorms);
+# in six of six interleaved pairs of that set (switchyard alone, 2026-12-07) the mean
+# completion was lower with draws capped here: 111/100/97/83/107/107 ms against
+# 102/86/79/79/100/105. `Prediction.param_var` itself is not capped: idle probes rank by it.
+DRAW_LOG_SD_MAX = 1.0
+
+
+def draw_log_sd(param_var: float) -> float:
+    """The std (ln units) a Thompson draw of a prediction spreads by: its weights' std, at
+    most `DRAW_LOG_SD_MAX`."""
+    return min(math.sqrt(max(param_var, 0.0)), DRAW_LOG_SD_MAX)
+
+
 def _lognormal_std(log_mean: float, log_var: float) -> float:
     """Std of a log-normal with these log moments (relative to its median exp(log_mean))."""
     return math.exp(log_mean) * math.sqrt(math.expm1(min(log_var, 50.0)))
@@ -380,9 +398,10 @@ class CostModel:
 
     def sample_ms(self, op: OpSpec, variant: Variant, rng: np.random.Generator) -> float:
         """A Thompson sample of the expected time: the mean log time drawn from the posterior
-        (weight uncertainty only, not the run-to-run noise)."""
+        (weight uncertainty only, not the run-to-run noise; spread at most
+        `DRAW_LOG_SD_MAX`)."""
         pred = self.predict_one(op, variant)
-        return math.exp(pred.log_mean + math.sqrt(pred.param_var) * float(rng.standard_normal()))
+        return math.exp(pred.log_mean + draw_log_sd(pred.param_var) * float(rng.standard_normal()))
 
     def predict_sample(
         self, op: OpSpec, variant: Variant, rng: np.random.Generator
@@ -390,7 +409,7 @@ class CostModel:
         """`predict_one` and `sample_ms` in one pass (the decide agent's hot path); the same
         results and the same draw from ``rng`` as calling both."""
         pred = self.predict_one(op, variant)
-        draw = math.exp(pred.log_mean + math.sqrt(pred.param_var) * float(rng.standard_normal()))
+        draw = math.exp(pred.log_mean + draw_log_sd(pred.param_var) * float(rng.standard_normal()))
         return pred, draw
 
     # -- learning --------------------------------------------------------------------------

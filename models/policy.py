@@ -44,7 +44,7 @@ from models.baselines import (
     StaticPolicy,
     TrueCost,
 )
-from models.costmodel import CostModel, CostModelLike
+from models.costmodel import CostModel, CostModelLike, draw_log_sd
 from models.decision import (
     Candidate,
     Decision,
@@ -328,7 +328,7 @@ class SwitchyardPolicy:
             terms.models.append(model)
             # A CostModel's draw from its posterior (``predict_sample``) needs only these.
             fast = getattr(type(model), "predict_sample", None) is CostModel.predict_sample
-            terms.log_sd.append((pred.log_mean, math.sqrt(pred.param_var)) if fast else None)
+            terms.log_sd.append((pred.log_mean, draw_log_sd(pred.param_var)) if fast else None)
             joules, guessed = pred.energy_j, False
             prior = getattr(model, "prior", None)
             if joules is None and not is_learned and prior is not None:

@@ -591,7 +591,7 @@ def test_switchyard_explores_a_class_on_a_shared_core_only_while_the_core_is_idl
 
     assert picks(0.0, 0.0) == {"torch-cpu-x86", "numpy-cpu-x86"}
     assert picks(40.0, 40.0) == {"torch-cpu-x86"}
-    assert picks(40.0, 0.0) == {"torch-cpu-x86", "numpy-cpu-x86"}  # cores not shared
+    assert "numpy-cpu-x86" in picks(40.0, 0.0)  # cores not shared: not held back
 
 
 def test_switchyard_weighs_the_turns_a_shared_core_takes_from_queued_work() -> None:

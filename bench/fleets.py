@@ -150,12 +150,14 @@ def sim_true_ms(classes: Sequence[str], ops: Sequence[OpSpec], precisions: Seque
 
 def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str],
                      repeats: int, handling: bool = True, interleaved: bool = False,
+                     held: bool = False,
                      ) -> tuple[str, dict[str, float]] | tuple[str, dict[str, float],
                                                                 dict[str, float]]:
     """One runtime's column of the pre-profile, in a child process pinned to one core as the
     executors are (runtimes/affinity.py): (device class, {profile key: median ms}). With
     ``interleaved`` also a second column: ``repeats`` rounds in which every option runs once
-    (each run follows the others, as in an executor serving a mix, not its own repeats)."""
+    (each run follows the others, as in an executor serving a mix, not its own repeats).
+    With ``held``, each entry is `held_ms` instead (``handling`` does not apply)."""
     from app.profile import profile_op
     from runtimes import VariantRefused, get_runtime
     from runtimes.affinity import isolate
@@ -166,18 +168,19 @@ def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str]
     extras: dict[str, float] = {}
     options: list[tuple[OpSpec, Variant]] = []
     for op in ops:
-        extra = handling_ms(runtime, op, repeats) if handling else 0.0
+        extra = handling_ms(runtime, op, repeats) if handling and not held else 0.0
         for kind, precision, mode in runtime.capabilities():
             if kind != op.kind or precision not in precisions:
                 continue
             variant = Variant(precision, mode)
             try:
-                row = profile_op(runtime, op, variant, repeats)
+                ms = (held_ms(runtime, op, variant, repeats) if held
+                      else float(profile_op(runtime, op, variant, repeats)["median_ms"]))
             except (VariantRefused, RuntimeError, MemoryError) as exc:
                 logger.warning("profile %s %s %s: %s", name, op.kind, variant, exc)
                 continue
             key = profile_key(op, variant)
-            entries[key] = float(row["median_ms"]) + extra
+            entries[key] = ms + extra
             extras[key] = extra
             options.append((op, variant))
     if not interleaved:
@@ -215,6 +218,31 @@ def handling_ms(runtime: Any, op: OpSpec, repeats: int) -> float:
     return float(np.median(times))
 
 
+def held_ms(runtime: Any, op: OpSpec, variant: Variant, repeats: int) -> float:
+    """Median wall time of an executor's whole work on a route of ``op`` in ``variant``
+    (`runtimes.work.perform`: its inputs made from the seed, the variant's conversions, the
+    execution, the output's checksum), after one warm-up route: what the router's score
+    weighs (execution and handling, models/handling.py), where ``profile_op`` times the
+    execution alone. RuntimeError where the route fails."""
+    from models.workload import WorkloadLimits
+    from runtimes.work import perform
+
+    limits = WorkloadLimits()
+    times = []
+    for seed in range(max(1, repeats) + 1):
+        route = {"id": f"profile-{seed}", "variant": variant.to_dict(),
+                 "workload": {"id": f"profile-{seed}", "op": op.to_dict(),
+                              "precisions": [variant.precision], "seed": seed}}
+        start = time.perf_counter()
+        outcome = perform(route, runtime, device_id="profile", limits=limits).outcome
+        elapsed = (time.perf_counter() - start) * 1e3
+        if outcome["status"] != "ok":
+            raise RuntimeError(str(outcome.get("error")))
+        if seed:  # the first route warms the shape up
+            times.append(elapsed)
+    return float(np.median(times))
+
+
 def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
                  repeats: int, handling: bool = True) -> dict[str, dict[str, float]]:
     """An exhaustive pre-profile, one runtime at a time, each in a fresh process on one core
@@ -228,13 +256,16 @@ def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Seq
 
 def live_profiles(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
                   repeats: int, handling: bool = True, interleaved: bool = False,
+                  held: bool = False,
                   ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """`live_true_ms`'s table and, with ``interleaved``, the same options' medians over rounds
-    in which each runs once among the others (`_profile_runtime`; empty otherwise)."""
+    """`live_true_ms`'s table (with ``held``: each option's `held_ms`) and, with
+    ``interleaved``, the same options' medians over rounds in which each runs once among the
+    others (`_profile_runtime`; empty otherwise)."""
     table: dict[str, dict[str, float]] = {}
     rounds: dict[str, dict[str, float]] = {}
     request = json.dumps({"ops": [op.to_dict() for op in ops], "precisions": list(precisions),
-                          "repeats": repeats, "handling": handling, "interleaved": interleaved})
+                          "repeats": repeats, "handling": handling, "interleaved": interleaved,
+                          "held": held})
     for name in runtimes:
         done = subprocess.run([sys.executable, "-m", "bench.fleets", name], input=request,
                               capture_output=True, text=True, check=False)
@@ -311,4 +342,5 @@ if __name__ == "__main__":  # one runtime's pre-profile, for live_true_ms (JSON 
     print(json.dumps(_profile_runtime(sys.argv[1], [parse_op(o) for o in asked["ops"]],
                                       asked["precisions"], int(asked["repeats"]),
                                       bool(asked.get("handling", True)),
-                                      bool(asked.get("interleaved", False)))))
+                                      bool(asked.get("interleaved", False)),
+                                      bool(asked.get("held", False)))))

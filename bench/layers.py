@@ -171,9 +171,10 @@ def probes_sent(metrics_text: str) -> int:
 
 def run_arm(name: str, env: dict[str, str], workloads: list[dict[str, Any]],
             arrivals: np.ndarray, table: dict[str, dict[str, float]],
-            rounds: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+            rounds: dict[str, dict[str, float]] | None = None,
+            held: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
     """One arm on a fresh cluster, judged against ``table`` (and, where given, ``rounds``: the
-    interleaved profile, as a second yardstick)."""
+    interleaved profile, and ``held``: the executors' whole time, as other yardsticks)."""
     tag = name.replace(" ", "-")
     mine = [{k: v for k, v in w.items() if k != "layer"} | {"id": f"{tag}-{w['id']}"}
             for w in workloads]
@@ -195,10 +196,12 @@ def run_arm(name: str, env: dict[str, str], workloads: list[dict[str, Any]],
                                                             zip(workloads, mine, strict=True)})
     summary = arm_summary(rows, run, len(mine), probes, sorted(table))
     summary["rows"] = rows
-    if rounds:
-        late = [r for r in judge(workloads, answered, rounds) if r["late"]]
-        summary["late_right_interleaved"] = (float(np.mean([r["right"] for r in late]))
-                                             if late else None)
+    for suffix, other in (("interleaved", rounds), ("held", held)):
+        late = [r for r in judge(workloads, answered, other) if r["late"]] if other else []
+        summary[f"late_right_{suffix}"] = (float(np.mean([r["right"] for r in late]))
+                                           if late else None)
+        summary[f"late_regret_{suffix}"] = (float(np.mean([r["regret"] for r in late]))
+                                            if late else None)
     print(f"[layers] {name}: late right {fmt(100 * (summary['late_right'] or 0), '.0f')} %, "
           f"regret {fmt(summary['late_regret'], '.2f')}, probes {probes}, results "
           f"{summary['results']}/{summary['sent']}", flush=True)
@@ -245,12 +248,14 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "defaults (a class idle 2 s gets at most one probe a second).\n")
     rows = []
     classes = results["classes"]
+    def pct(value: float | None) -> str:
+        return "–" if value is None else fmt(100 * value, ".0f") + " %"
+
     for arm, s in results["arms"].items():
-        interleaved = s.get("late_right_interleaved")
-        rows.append([arm, fmt(100 * (s["early_right"] or 0), ".0f") + " %",
-                     fmt(100 * (s["late_right"] or 0), ".0f") + " %",
-                     "–" if interleaved is None else fmt(100 * interleaved, ".0f") + " %",
-                     fmt(s["late_regret"], ".2f"),
+        rows.append([arm, pct(s["early_right"]), pct(s["late_right"]),
+                     pct(s.get("late_right_interleaved")),
+                     pct(s.get("late_right_held")),
+                     fmt(s["late_regret"], ".2f"), fmt(s.get("late_regret_held"), ".2f"),
                      ", ".join(f"{c.split('-')[0]} {100 * s['late_chosen_share'][c]:.0f} %"
                                for c in classes),
                      ", ".join(f"{c.split('-')[0]} {v:.2f}"
@@ -260,7 +265,8 @@ def report(results: dict[str, Any], quick: bool) -> str:
     fastest_share = results["arms"][next(iter(results["arms"]))]["late_fastest_share"]
     parts.append(markdown_table(
         ["arm", "first half right", "late right", "late right (interleaved profile)",
-         "late regret", "late decisions by class",
+         "late right (executor's whole time)", "late regret", "late regret (whole time)",
+         "late decisions by class",
          "executions as measured ÷ profile (median)", "probes", "results",
          "mean completion ms"], rows))
     parts.append("Where the profile says the late layers run fastest: " + ", ".join(
@@ -273,6 +279,17 @@ def report(results: dict[str, Any], quick: bool) -> str:
             "back); it names another fastest option for "
             f"{results.get('profiles_disagree', 0)} of the {results['layers']} layers. The goal "
             "is judged against the first profile.")
+    if results.get("profile_held"):
+        parts.append(
+            "*Executor's whole time*: each option profiled again as an executor runs a route "
+            "of it (`fleets.held_ms`: its inputs made from the seed, the variant's conversions, "
+            "the execution and the output's checksum; the median of "
+            f"{results['repeats']} routes after a warm-up one), what the router's score weighs "
+            "(the execution and the class's learned handling, models/handling.py). It names "
+            f"another fastest option for {results.get('held_disagrees', 0)} of the "
+            f"{results['layers']} layers: where a small op's bf16 or torch execution gains less "
+            "than its conversions or per-call cost, the two yardsticks disagree. The goal is "
+            "judged against the first.")
     best = max((s["late_right"] or 0.0) for s in results["arms"].values())
     parts.append(f"**Goal** (issue 13: ≥ 90 % of late decisions right): best arm "
                  f"{100 * best:.0f} %: {'met' if best >= 0.9 else 'not met'}.")
@@ -295,17 +312,24 @@ def run(quick: bool, out_dir: Path) -> int:
     table, rounds = fleets.live_profiles([s.runtime for s in fleets.LIVE_FLEET], ops,
                                          ("fp32", "bf16"), repeats, handling=False,
                                          interleaved=True)
+    # And the whole time an executor holds each option's workload (fleets.held_ms: inputs,
+    # the variant's conversions, execution, checksum), what the router's score weighs: a
+    # second yardstick, reported beside the goal's.
+    held, _ = fleets.live_profiles([s.runtime for s in fleets.LIVE_FLEET], ops,
+                                   ("fp32", "bf16"), repeats, held=True)
     profile_s = time.monotonic() - started
     print(f"[layers] profiled {len(ops)} layers on {', '.join(sorted(table))} in "
           f"{profile_s:.0f} s", flush=True)
     workloads = passes(layers, count, seed=7)
     arrivals = np.cumsum(poisson_gaps(len(workloads), RATE_PER_S, seed=8))
-    arms = {name: run_arm(name, env, workloads, arrivals, table, rounds) for name, env in ARMS}
+    arms = {name: run_arm(name, env, workloads, arrivals, table, rounds, held)
+            for name, env in ARMS}
     results = {"machine": info, "quick": quick, "layers": len(layers), "passes": count,
                "workloads": len(workloads), "rate_per_s": RATE_PER_S, "repeats": repeats,
                "profile_s": profile_s, "within": WITHIN, "classes": sorted(table),
-               "profile": table, "profile_interleaved": rounds,
-               "profiles_disagree": profiles_disagree(layers, table, rounds), "arms": arms}
+               "profile": table, "profile_interleaved": rounds, "profile_held": held,
+               "profiles_disagree": profiles_disagree(layers, table, rounds),
+               "held_disagrees": profiles_disagree(layers, table, held), "arms": arms}
     write_json(out_dir, "layers", results)
     plot(results, out_dir)
     update_benchmarks_md("layers", report(results, quick))

@@ -80,3 +80,18 @@ def test_the_interleaved_profile_times_every_option_once_per_round() -> None:
     assert len(rounds["numpy-cpu-x86"]) == 2
     assert all(ms > 0 for ms in rounds["numpy-cpu-x86"].values())
     assert live_profiles(["numpy"], ops, ["fp32"], 2, handling=False)[1] == {}
+
+
+def test_the_held_profile_times_an_executors_whole_route_of_each_option() -> None:
+    """``held``: what an executor holds a route of each option for (inputs, conversions,
+    execution, checksum), so it exceeds the execution alone by what the executor does around
+    it: for a softmax over 512 x 2048 values, making them and checksumming the output."""
+    from bench.fleets import live_profiles
+
+    ops = [parse_op({"kind": "softmax", "rows": 512, "dim": 2048})]
+    executed, _ = live_profiles(["numpy"], ops, ["fp32"], 3, handling=False)
+    held, _ = live_profiles(["numpy"], ops, ["fp32"], 3, held=True)
+    assert set(held["numpy-cpu-x86"]) == set(executed["numpy-cpu-x86"])
+    (key,) = held["numpy-cpu-x86"]
+    # 4 MB made and 4 MB checksummed: ~1 ms/MB of SHA-256 alone on this project's machines.
+    assert held["numpy-cpu-x86"][key] > executed["numpy-cpu-x86"][key] + 1.0

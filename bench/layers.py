@@ -13,7 +13,10 @@ fastest option is also the right one. Once with idle probes off and once on
 A decision is *right* when the profile's time of the (class, variant) it chose is within 15 %
 of the fastest option the workload accepts (issue 13's goal: at least 90 % of the late
 decisions). *Late* = the second half of the trace. Regret = the chosen option's profiled time
-over the fastest one's.
+over the fastest one's. Each arm is judged again against a second profile, the time an
+executor holds a route of each option (``fleets.held_ms``: inputs made, the variant's
+conversions, execution, checksum), which is what the router's score weighs; on small ops the
+two name different fastest options (BENCHMARKS.md, model layers).
 """
 
 from __future__ import annotations

@@ -157,7 +157,8 @@ def _profile_runtime(name: str, ops: Sequence[OpSpec], precisions: Sequence[str]
     executors are (runtimes/affinity.py): (device class, {profile key: median ms}). With
     ``interleaved`` also a second column: ``repeats`` rounds in which every option runs once
     (each run follows the others, as in an executor serving a mix, not its own repeats).
-    With ``held``, each entry is `held_ms` instead (``handling`` does not apply)."""
+    With ``held``, each entry is `held_ms` instead (``handling`` does not apply; the
+    ``interleaved`` rounds still time the execution alone)."""
     from app.profile import profile_op
     from runtimes import VariantRefused, get_runtime
     from runtimes.affinity import isolate

@@ -189,7 +189,9 @@ class BayesLinReg:
         return float(x @ mean), min(noise * max(spread, 0.0), prior), noise
 
     def moments_many(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """Vectorised `moments` for the rows of ``X``."""
+        """`moments` for the rows of ``X``, the variance of the mean *not* capped at the
+        prior's: what learning reads (its Huber weights and noise update are the conjugate
+        ones); predictions read `moments`."""
         mean, cov, noise = self.mean, self.cov, self.noise_var
         # (X @ cov) is a BLAS product; the three-operand einsum this replaces ran a naive
         # loop, a quarter of the metric path's CPU (8 µs a row at 73 features).

@@ -167,15 +167,19 @@ def learn_handling(outcome: Outcome, entry: InflightEntry, service: float) -> No
 
 def service_ms(outcome: Outcome) -> float:
     """How long the executor held the workload: from taking it off its queue to its outcome
-    (inputs made, setup, the transfer over a link, execution, checksum), from the outcome's
-    own timestamps; the execution plus setup and transfer where they are missing. On the live CPU executors making the inputs
-    and the checksum took 1-3x the execution itself.
+    (inputs made, setup, the transfer over a link, execution, checksum): the outcome's
+    ``held_ms`` (the executor's monotonic clock), else its own timestamps (whole milliseconds:
+    a sub-millisecond workload read 0 or 1, and a row below its execution was dropped, which
+    raised a class's handling at small sizes), else the execution plus setup and transfer. On
+    the live CPU executors making the inputs and the checksum took 1-3x the execution itself.
 
     A workload of a batched call shares that time with the call's other workloads (they
     were taken off the queue together and finished together): its service is its share,
     so a class that batches shows a pace below 1 and the router sees its queue drain faster
     than its per-op predictions add up to."""
     share = max(1, outcome.batch_size)
+    if outcome.held_ms is not None and outcome.held_ms > 0:  # checked a number or null
+        return float(outcome.held_ms) / share
     if outcome.finished_at_ms is not None and outcome.decided_at_ms is not None:
         held = outcome.finished_at_ms - outcome.decided_at_ms - outcome.queue_ms
         if held > 0:

@@ -362,6 +362,10 @@ class ResultRecord(_Wire):
     # The one-time setup of a (shape, variant) new to the executor, outside ``latency_ms``:
     # building (compiling) it and its untimed warm-up run; null when it was warm.
     setup_ms: float | None = None
+    # How long the executor held the workload, from taking it off its queue to this outcome
+    # (a batched call's routes: the call's whole time), by its monotonic clock, where the
+    # timestamps above are whole milliseconds; null from older executors.
+    held_ms: float | None = None
 
 
 # The outcomes topic's batch form: an executor publishes the outcomes it finished within a few

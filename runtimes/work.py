@@ -142,6 +142,7 @@ def perform(
     parsed again."""
     workload_id = route_id(route)
     started_at_ms = clock_ms()
+    held_from = time.perf_counter_ns()
     decided = _number(route.get("decided_at_ms"))
     # Clocks of the decider's and executor's hosts may disagree by a little: never negative.
     queue_ms = max(0.0, started_at_ms - decided) if decided is not None else 0.0
@@ -182,8 +183,10 @@ def perform(
     except Exception as exc:  # a backend failure on one workload must not stop the executor
         logger.exception("workload %s failed on %s", workload_id, runtime.device_class)
         status, error = "error", f"{type(exc).__name__}: {exc}"[:500]
+    held_ms = (time.perf_counter_ns() - held_from) / 1e6
     return _records(route, runtime, device_id=device_id, queue_ms=queue_ms, decided=decided,
-                    started_at_ms=started_at_ms, finished_at_ms=clock_ms(), status=status,
+                    started_at_ms=started_at_ms, finished_at_ms=clock_ms(), held_ms=held_ms,
+                    status=status,
                     error=error, variant=raw_variant, op=op_dict, flops=flops,
                     bytes_moved=bytes_moved, execution=execution, exec_ms=exec_ms,
                     throttled=throttled, digest=digest, output_wire=output_wire,
@@ -199,6 +202,7 @@ def _records(
     decided: float | None,
     started_at_ms: int,
     finished_at_ms: int,
+    held_ms: float | None,
     status: str,
     error: str | None,
     variant: dict[str, Any],
@@ -215,7 +219,10 @@ def _records(
 ) -> WorkResult:
     """The outcome and metric of one workload. A batched workload's metric says its share of
     the call (``exec_ms``), the call's time (``batch_exec_ms``) and ``batch_size``; its
-    outcome's ``latency_ms`` is the call's time, which is how long the workload really took."""
+    outcome's ``latency_ms`` is the call's time, which is how long the workload really took.
+    ``held_ms``: from taking the route (or the call's routes) to the outcome, by the
+    monotonic clock (the wall-clock timestamps are whole milliseconds: a sub-millisecond
+    workload's hold read 0 or 1 ms)."""
     workload_id = route_id(route)
     raw_workload = _dict(route.get("workload"))
     submitted = _number(raw_workload.get("submitted_at_ms"))
@@ -248,6 +255,7 @@ def _records(
         "output": output_wire,
         "decided_at_ms": int(decided) if decided is not None else None,
         "finished_at_ms": finished_at_ms,
+        "held_ms": held_ms,
         "submitted_at_ms": int(submitted) if submitted is not None else None,
         **common,
     }
@@ -336,6 +344,7 @@ def perform_batch(
         return [perform(batch[0].route, runtime, device_id=device_id, limits=limits,
                         slowdown=slowdown, clock_ms=clock_ms, parsed=batch[0])]
     started_at_ms = clock_ms()
+    held_from = time.perf_counter_ns()
     first = batch[0]
     spec, variant = first.workload.op, first.variant
     try:
@@ -366,6 +375,7 @@ def perform_batch(
                     and output.size <= limits.max_inline_elements):
                 wire = encode_tensor(output.astype(spec.dtype))
         done.append((parsed, execution, digest, wire))
+    held_ms = (time.perf_counter_ns() - held_from) / 1e6
     finished_at_ms = clock_ms()
     results = []
     for parsed, execution, digest, wire in done:
@@ -374,7 +384,7 @@ def perform_batch(
             parsed.route, runtime, device_id=device_id,
             queue_ms=max(0.0, started_at_ms - decided) if decided is not None else 0.0,
             decided=decided, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms,
-            status="ok", error=None, variant=variant.to_dict(), op=op_dict, flops=flops,
+            held_ms=held_ms, status="ok", error=None, variant=variant.to_dict(), op=op_dict, flops=flops,
             bytes_moved=bytes_moved, execution=execution, exec_ms=batch_ms / len(batch),
             throttled=slowdown > 1.0, digest=digest, output_wire=wire, batch_exec_ms=batch_ms))
     return results

@@ -21,6 +21,20 @@ def test_service_time_is_taken_from_the_outcome_timestamps() -> None:
     assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_100)) == 60.0
 
 
+def test_the_executors_monotonic_hold_comes_before_its_whole_millisecond_timestamps() -> None:
+    """A 0.4 ms hold whose timestamps read 0 ms apart (handling below the execution: dropped)
+    or 1 ms apart (2.5x too long) is 0.4 ms; a batched call's hold is shared out."""
+    assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_040, held_ms=0.4,
+                              latency_ms=0.3)) == 0.4
+    assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_100, held_ms=30.0,
+                              batch_size=4, latency_ms=20.0)) == 7.5
+    # From an older executor (no hold) or a hold of nothing: the timestamps, as before.
+    assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_100)) == 60.0
+    assert service_ms(outcome(decided_at_ms=1_000, finished_at_ms=1_100, held_ms=0.0)) == 60.0
+    with pytest.raises(ValueError, match="held_ms"):
+        outcome(held_ms="fast")
+
+
 def test_without_timestamps_it_is_the_execution_plus_setup() -> None:
     assert service_ms(outcome()) == 10.0
     assert service_ms(outcome(compile_ms=5.0)) == 15.0

@@ -67,6 +67,9 @@ def test_ok_route_gives_checked_outcome_and_metric(numpy_rt: Runtime) -> None:
     assert o["queue_ms"] == 500 and o["attempt"] == 2 and o["decided_at_ms"] == 1000
     assert m["exec_ms"] == o["latency_ms"] > 0 and m["flops"] == 120 and m["bytes_moved"] == 4 * 47
     assert m["predicted_ms"] == 2.0 and m["op"] == spec.to_dict() and not m["throttled"]
+    # The wall clock here is frozen (finished = started), yet the hold is measured: by the
+    # monotonic clock, around the inputs, the execution and the checksum.
+    assert m["finished_at_ms"] == m["started_at_ms"] and o["held_ms"] > o["latency_ms"]
 
 
 def test_output_is_omitted_above_the_inline_limit(numpy_rt: Runtime) -> None:
@@ -268,6 +271,8 @@ def test_perform_batch_gives_each_workload_its_outcome_and_metric(
         assert o["latency_ms"] == m["batch_exec_ms"] > 0 and alone.metric["batch_exec_ms"] is None
         assert m["exec_ms"] == pytest.approx(m["batch_exec_ms"] / 5)
         assert o["queue_ms"] == 500 and m["started_at_ms"] == 1500 and m["finished_at_ms"] == 1501
+        # Every workload of the call was held for the call's whole time (inputs to checksums).
+        assert o["held_ms"] == results[0].outcome["held_ms"] > o["latency_ms"]
         assert m["flops"] == 120 and m["op"] == spec.to_dict() and m["variant"]["precision"] == precision
 
 
@@ -346,7 +351,7 @@ def test_a_route_parsed_by_batch_key_is_not_parsed_again(numpy_rt: Runtime,
 
     monkeypatch.setattr(work, "parse_workload", refuse)
     given = run(numpy_rt, r, parsed=keyed[1])
-    timing = {"exec_ms", "latency_ms", "cpu_ms", "setup_ms", "energy_j"}
+    timing = {"exec_ms", "latency_ms", "cpu_ms", "setup_ms", "energy_j", "held_ms"}
     assert {k: v for k, v in given.outcome.items() if k not in timing} == {
         k: v for k, v in plain.outcome.items() if k not in timing}
     assert {k: v for k, v in given.metric.items() if k not in timing} == {

@@ -15,8 +15,9 @@ converts nothing; learned per class alone, torch's line on the model layers benc
 1.7 ms of handling to every fp32 op against NumPy's 0.8, more than most of those ops'
 executions) by each worker from the outcomes it completes (agents/complete.py), as a
 line in the workload's input and output bytes with exponential forgetting: the fit of a link's
-transfer time (models/transfer.py), here with a vague prior. Charged to a candidate beside
-its execution, setup and transfer, and to the class's backlog with the route. A class with
+transfer time (models/transfer.py), here with a vague prior and each row weighed by its size
+(`row_weight`). Charged to a candidate beside its execution, setup and transfer, and to the
+class's backlog with the route. A class with
 nothing measured yet takes the least estimate of the classes that have (making inputs and
 checksums is mostly the same work on every runtime); 0 before any. Derived state, in memory:
 a restarted worker learns it again from its next few dozen outcomes.
@@ -50,6 +51,16 @@ from models.transfer import TransferEstimate, fit_transfer, update_transfer
 CAP_AFTER_ROWS = 10  # rows before a class's estimate caps what one row may count
 CAP_FACTOR = 4.0  # a row counts as at most this many times the current estimate ...
 CAP_FLOOR_MS = 2.0  # ... plus this (a row near 0 ms still moves it)
+SPREAD_MB = 1.0  # a row's noise grows with its size beyond this (`row_weight`)
+
+
+def row_weight(mb: float) -> float:
+    """A row's weight in the line's fit by its size: its noise taken as growing in proportion
+    to its size beyond ``SPREAD_MB`` (a 64 MB row's handling moves by tens of ms, a 10 KB
+    row's by a fraction of one), so that the intercept is set by the small rows and the slope
+    by the large ones. Weighed alike, the few large rows set both, and a line through them
+    read 0 ms (its intercept negative, clamped) at sizes where torch's handling was ~2."""
+    return 1.0 / (1.0 + mb / SPREAD_MB) ** 2
 
 
 def handling_key(device_class: str, precision: str) -> str:
@@ -88,13 +99,13 @@ class Handling:
             if len(first) >= CAP_AFTER_ROWS:
                 del self._first[key]
                 first = capped_rows(first)
-            self._sums[key] = update_transfer(None, first)
+            self._sums[key] = update_transfer(None, first, row_weight)
         else:
             if ms > CAP_FLOOR_MS:  # a row under the floor is never capped
                 fit = self._fit(key)
                 if fit is not None:
                     ms = min(ms, CAP_FACTOR * fit.ms(nbytes) + CAP_FLOOR_MS)
-            self._sums[key] = update_transfer(self._sums[key], [(nbytes, ms)])
+            self._sums[key] = update_transfer(self._sums[key], [(nbytes, ms)], row_weight)
         self._fits.pop(key, None)
 
     def _fit(self, key: str) -> TransferEstimate | None:
@@ -131,7 +142,7 @@ def capped_rows(rows: list[tuple[float, float]], rounds: int = 5) -> list[tuple[
     most: a class's first rows, of which one may be an executor's stall."""
     out = list(rows)
     for _ in range(rounds):
-        fit = fit_transfer(None, update_transfer(None, out))
+        fit = fit_transfer(None, update_transfer(None, out, row_weight))
         if fit is None:
             return out
         capped = [(b, min(ms, CAP_FACTOR * fit.ms(b) + CAP_FLOOR_MS)) for b, ms in out]

@@ -21,7 +21,7 @@ Everything here is pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,10 +112,13 @@ _STATS = ("w", "sx", "sy", "sxx", "sxy", "syy")
 
 
 def update_transfer(stored: Mapping[str, Any] | None,
-                    rows: Iterable[tuple[float, float]]) -> dict[str, Any]:
+                    rows: Iterable[tuple[float, float]],
+                    weigh: Callable[[float], float] | None = None) -> dict[str, Any]:
     """``stored`` (a class's forgetting sums, or None) updated with measured
     ``(bytes, transfer ms)`` rows, in order; rows that are not finite and >= 0 are skipped.
-    JSON-ready: ``{"n", "w", "sx", "sy", "sxx", "sxy", "syy", "last_ms"}`` (x in MB)."""
+    ``weigh``: each row's weight from its size in MB (1: every row alike), its inverse the
+    row's noise variance relative to ``NOISE_MS``'s. JSON-ready: ``{"n", "w", "sx", "sy",
+    "sxx", "sxy", "syy", "last_ms"}`` (x in MB)."""
     out = {k: float((stored or {}).get(k, 0.0)) for k in _STATS}
     n = int((stored or {}).get("n", 0))
     last = (stored or {}).get("last_ms")
@@ -125,12 +128,13 @@ def update_transfer(stored: Mapping[str, Any] | None,
             continue
         for k in _STATS:
             out[k] *= FORGETTING
-        out["w"] += 1.0
-        out["sx"] += x
-        out["sy"] += y
-        out["sxx"] += x * x
-        out["sxy"] += x * y
-        out["syy"] += y * y
+        wt = 1.0 if weigh is None else weigh(x)
+        out["w"] += wt
+        out["sx"] += wt * x
+        out["sy"] += wt * y
+        out["sxx"] += wt * x * x
+        out["sxy"] += wt * x * y
+        out["syy"] += wt * y * y
         n += 1
         last = y
     return {**out, "n": n, "last_ms": last}

@@ -126,3 +126,25 @@ def test_a_class_truly_slower_to_handle_has_its_own_estimate_after_its_first_row
         handling.observe("torch-cpu-x", mb * MB, 40.0 + 1.5 * mb)
     assert handling.ms("torch-cpu-x", 1 * MB) == pytest.approx(41.5, rel=0.05)
     assert handling.ms("torch-cpu-x", 32 * MB) == pytest.approx(88.0, rel=0.05)
+
+
+def test_small_rows_set_the_intercept_and_large_rows_the_slope() -> None:
+    """Handling whose noise grows with the size (a 64 MB row's moves by ±20 %, tens of ms)
+    and that is not quite a line (32 MB takes more than half of 64 MB's): weighed alike, the
+    few large rows would set the intercept too (here 1.7 ms at 10 KB, 5x the truth). The
+    line still follows the large ones."""
+    from models.handling import row_weight
+
+    mb = 1024 * 1024
+    true = {10_000: 0.3, 50_000: 0.35, 200_000: 0.6, 3 * mb: 5.0, 32 * mb: 60.0, 64 * mb: 96.0}
+    noise = [1.2, 0.8, 0.85, 1.15]
+    handling = Handling()
+    for i in range(60):
+        nbytes = list(true)[i % len(true)]
+        handling.observe("c", nbytes, true[nbytes] * noise[i % len(noise)])
+    assert handling.ms("c", 10_000) == pytest.approx(0.3, abs=0.2)
+    assert handling.ms("c", 200_000) == pytest.approx(0.6, abs=0.3)
+    assert handling.ms("c", 64 * mb) == pytest.approx(96.0, rel=0.2)
+    assert handling.ms("c", 32 * mb) == pytest.approx(60.0, rel=0.2)
+    # The weight: alike below a megabyte or so, falling as the square of the size above it.
+    assert row_weight(0.01) > 0.95 and row_weight(63.0) < 1e-3

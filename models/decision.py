@@ -85,6 +85,9 @@ class Candidate:
     # (that work, ms; how many workloads) (models/dispatch.py::core_left): what a workload
     # sent here runs beside, and delays (``shared_core_ms``). Empty where it shares no core.
     core_left: tuple[tuple[float, float], ...] = ()
+    # Whether the class's executors share a core with another class's (its tries take turns
+    # from their work: models/policy.py::SwitchyardPolicy._within_budget).
+    shares_core: bool = False
     # The class's measured matmul rates, (precision, GFLOP/s) (``ClassView.calibration``):
     # a class with no learned model yet is predicted by a prior built from them.
     calibration: tuple[tuple[str, float], ...] = ()

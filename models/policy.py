@@ -22,7 +22,9 @@ ahead of the greedy pick and it compiles nothing of unknown cost (an eager varia
 measured setup); otherwise the best known, ready candidate by the means is routed (at a cold
 start, nothing known yet, the best candidate by the means): an unknown (say compiled, cold)
 variant is tried while its class has nothing better to do, never behind a long queue that its
-compilation would stall.
+compilation would stall. On a core shared with other classes' executors, explorations also
+spend a budget: what they add to the core's occupancy over the best known picks stays within
+``EXPLORE_SHARE`` of the occupancy routed there, plus ``EXPLORE_ALLOWANCE_MS``.
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ COLD_SAMPLES = 16
 # A class with at most this much expected wait (or one greedy execution, if longer) is idle
 # enough to try an exploratory pick on.
 IDLE_WAIT_MS = 1.0
+# On classes sharing a core, what explorations may add over the best known pick: this share of
+# the occupancy routed to them, beyond an allowance (about one compilation) to start with.
+EXPLORE_SHARE = 0.1
+EXPLORE_ALLOWANCE_MS = 250.0
 # How many candidates besides the chosen one a decision lists in ``compared``.
 COMPARED_OTHERS = 3
 
@@ -144,6 +150,10 @@ class SwitchyardPolicy:
         self.cold_samples = int(cold_samples)
         self.explore_when_idle = bool(explore_when_idle)
         self._priors = PriorModels()
+        # On classes sharing a core: the expected occupancy routed there, and how much of it
+        # explorations added over the best known pick (`_within_budget`).
+        self.shared_routed_ms = 0.0
+        self.shared_explored_ms = 0.0
 
     # It keeps what it reads of the cost models per (op, precisions) in a snapshot's memo
     # (models/routing.py::choose).
@@ -265,7 +275,8 @@ class SwitchyardPolicy:
         if self.explore_when_idle:
             drawn = chosen
             chosen = self._explore_only_when_idle(
-                chosen, greedy, idx, greedy_scores, wait, usable, mean_ms, learned, samples)
+                chosen, greedy, idx, greedy_scores, wait, usable, mean_ms, learned, samples,
+                [besides[i] + mean_ms[i] for i in range(n)])
             held_back = chosen != drawn
             pick_at = idx.index(chosen)
 
@@ -378,7 +389,8 @@ class SwitchyardPolicy:
     def _explore_only_when_idle(self, chosen: int, greedy: int, idx: list[int],
                                 greedy_scores: list[float], wait: list[float],
                                 usable: Sequence[Candidate], mean_ms: list[float],
-                                learned: list[bool], samples: list[int]) -> int:
+                                learned: list[bool], samples: list[int],
+                                occupancy: list[float]) -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
         still near its prior; a shape whose setup there — beyond the warm-up run, the
         candidate's ``setup_ms`` — is unknown or costs more than the execution) on a class
@@ -387,18 +399,52 @@ class SwitchyardPolicy:
         known, ready candidates. A class sharing its cores with others (``core_busy``: their
         queued work there) is idle only while they are too: on one shared core a try of an
         unknown option takes its turns from everything else queued there (the live sets'
-        first halves, BENCHMARKS.md: NumPy's softmax 132-540 ms beside torch's queue)."""
+        first halves, BENCHMARKS.md: NumPy's softmax 132-540 ms beside torch's queue), and
+        within the exploration budget there (`_within_budget`)."""
         def is_known(i: int) -> bool:
             c = usable[i]
             return (bool(learned[i]) and samples[i] >= self.cold_samples and not c.cold
                     and float(c.setup_ms) * float(c.setup_share) <= mean_ms[i])
 
-        if chosen == greedy and is_known(chosen):
+        known = [is_known(i) for i in range(len(learned))]
+        ready = [j for j, i in enumerate(idx) if known[int(i)]]
+        best_known = idx[ready[lowest_plain([greedy_scores[j] for j in ready])]] if ready \
+            else greedy
+        pick = self._when_idle(chosen, greedy, idx, greedy_scores, wait, usable, mean_ms,
+                               known, best_known)
+        return self._within_budget(pick, best_known, usable, occupancy)
+
+    def _within_budget(self, pick: int, best_known: int, usable: Sequence[Candidate],
+                       occupancy: list[float]) -> int:
+        """``pick``, unless it is an exploration on a class sharing its cores (``shares_core``)
+        whose expected occupancy there (setup, handling, execution) beyond the best known
+        pick's would take the explorations' extra past ``EXPLORE_SHARE`` of the occupancy
+        routed to such classes, plus ``EXPLORE_ALLOWANCE_MS``: then ``best_known``. Each try of
+        an unknown option there takes its turns from everything queued on the core, and a
+        compiled variant's try costs ten ordinary workloads (the live bf16 set, 2026-12-07:
+        35-40 % of its decisions explorations, 22 in its second half to JAX's compilations of
+        100-400 ms, beside torch's queue). Counts are kept in the policy, for the worker's
+        life."""
+        if not usable[pick].shares_core:
+            return pick
+        extra = max(0.0, occupancy[pick] - occupancy[best_known]) if pick != best_known else 0.0
+        if extra > 0.0 and (self.shared_explored_ms + extra
+                            > EXPLORE_SHARE * self.shared_routed_ms + EXPLORE_ALLOWANCE_MS):
+            pick = best_known
+            extra = 0.0
+        self.shared_explored_ms += extra
+        self.shared_routed_ms += max(0.0, occupancy[pick])
+        return pick
+
+    def _when_idle(self, chosen: int, greedy: int, idx: list[int], greedy_scores: list[float],
+                   wait: list[float], usable: Sequence[Candidate], mean_ms: list[float],
+                   known: list[bool], best_known: int) -> int:
+        """`_explore_only_when_idle`'s rule, before the budget."""
+        if chosen == greedy and known[chosen]:
             return chosen  # not an exploration
         cold = [c.cold for c in usable]
         usable_modes = [c.variant.mode for c in usable]
         core_busy = [float(c.core_busy_ms) for c in usable]
-        known = [is_known(i) for i in range(len(learned))]
         idle = max(IDLE_WAIT_MS, float(mean_ms[greedy]))
         # A compilation of unknown cost: a cold shape in a mode that compiles.
         compiles = [cold[i] and usable_modes[i] != "eager" for i in range(len(cold))]
@@ -412,8 +458,7 @@ class SwitchyardPolicy:
             # stayed untried for as long as the shared queue was busy (issue 13, live bf16:
             # every workload to JAX, whose compilations kept that queue busy).
             return chosen
-        ready = [j for j, i in enumerate(idx) if known[int(i)]]
-        if not ready:
+        if not any(known[int(i)] for i in idx):
             # Nothing is known yet (cold start): the best by the means, whose waits count the
             # work already routed, rather than the draw's pick behind a longer queue — and not
             # a compilation of unknown cost while another option compiles nothing (the live
@@ -423,7 +468,7 @@ class SwitchyardPolicy:
             if plain and compiles[greedy]:
                 return idx[plain[lowest_plain([greedy_scores[j] for j in plain])]]
             return greedy
-        return idx[ready[lowest_plain([greedy_scores[j] for j in ready])]]
+        return best_known
 
     def to_dict(self) -> dict[str, Any]:
         """name, options and state; `policy_from_dict` rebuilds it."""

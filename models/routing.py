@@ -121,7 +121,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
     static = remembered(snapshot.memo if group is not None else None, ("offers", group),
                         lambda: _static_offers(workload, snapshot, nbytes))
     backlog_ms, waits, busy = snapshot.backlog_ms, snapshot.device_wait_ms, snapshot.core_busy_ms
-    core_left, is_warm = snapshot.core_left, warm.is_warm
+    core_left, is_warm, sharing = snapshot.core_left, warm.is_warm, snapshot.sharing
     share = setup_share(warm.routed(workload.op.signature()))
     out = []
     for device_class, view, variant, handling_ms, transfer_ms, key, cold_terms in static:
@@ -135,7 +135,7 @@ def offers(workload: Workload, snapshot: Snapshot, warm: WarmRoutes,
             device_wait_ms=waits.get(device_class), transfer_ms=transfer_ms,
             price_per_hour=view.price_per_hour, handling_ms=handling_ms,
             core_busy_ms=busy.get(device_class, 0.0), calibration=view.calibration,
-            core_left=core_left.get(device_class, ())))
+            core_left=core_left.get(device_class, ()), shares_core=device_class in sharing))
     return out
 
 

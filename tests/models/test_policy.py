@@ -677,3 +677,38 @@ def test_switchyard_spreads_a_cold_shape_setup_over_the_times_the_shape_came_bef
     later = pick(1.0 / 6.0)
     assert later.device_class == "sim-h100" and later.setup_ms == pytest.approx(5.0)
     assert later.compared[0]["setup_share"] == pytest.approx(1.0 / 6.0)
+
+
+def test_explorations_on_a_shared_core_spend_at_most_their_budget() -> None:
+    """Torch is known (3 ms); JAX, on the same core, has never run the shape: a try would
+    set it up for 150 ms (spread over many expected repeats, so the draw weighs 1.5 of it).
+    With the core idle, the draws try JAX again and again where the cores are not shared;
+    on a shared core the tries' time beyond torch's stays within ``EXPLORE_SHARE`` of the
+    time routed there plus ``EXPLORE_ALLOWANCE_MS``, and routing more known work lets a try
+    through again."""
+    from models.policy import EXPLORE_ALLOWANCE_MS, EXPLORE_SHARE, SwitchyardPolicy
+
+    torch = CostModel.for_class("torch-cpu-x86")
+    for _ in range(60):
+        torch.learn_one(MATMUL, FP32, 3.0)
+    models = {"torch-cpu-x86": torch}
+
+    def run(policy: SwitchyardPolicy, shared: bool, seeds: range) -> int:
+        offered = [Candidate("torch-cpu-x86", FP32, 1, 0.0, device_wait_ms=0.0,
+                             shares_core=shared),
+                   Candidate("jax-cpu-x86", FP32, 1, 0.0, device_wait_ms=0.0, setup_ms=150.0,
+                             setup_runs=1.0, setup_share=0.01, cold=True, shares_core=shared)]
+        return sum(policy.decide(workload(), offered, models, None, rng(seed)).device_class
+                   == "jax-cpu-x86" for seed in seeds)
+
+    apart = SwitchyardPolicy()
+    assert run(apart, False, range(300)) > 30
+    assert apart.shared_routed_ms == apart.shared_explored_ms == 0.0  # nothing shared
+    policy = SwitchyardPolicy()
+    tries = run(policy, True, range(300))
+    assert 1 <= tries < 10
+    assert policy.shared_explored_ms <= (EXPLORE_SHARE * policy.shared_routed_ms
+                                         + EXPLORE_ALLOWANCE_MS)
+    # Spent: more known work routed there earns the next try.
+    policy.shared_routed_ms += 2000.0 / EXPLORE_SHARE
+    assert run(policy, True, range(300, 600)) >= 1

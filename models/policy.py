@@ -30,7 +30,7 @@ spend a budget: what they add to the core's occupancy over the best known picks 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,7 +276,7 @@ class SwitchyardPolicy:
             drawn = chosen
             chosen = self._explore_only_when_idle(
                 chosen, greedy, idx, greedy_scores, wait, usable, mean_ms, learned, samples,
-                [besides[i] + mean_ms[i] for i in range(n)])
+                besides)
             held_back = chosen != drawn
             pick_at = idx.index(chosen)
 
@@ -390,7 +390,7 @@ class SwitchyardPolicy:
                                 greedy_scores: list[float], wait: list[float],
                                 usable: Sequence[Candidate], mean_ms: list[float],
                                 learned: list[bool], samples: list[int],
-                                occupancy: list[float]) -> int:
+                                besides: list[float]) -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
         still near its prior; a shape whose setup there — beyond the warm-up run, the
         candidate's ``setup_ms`` — is unknown or costs more than the execution) on a class
@@ -406,6 +406,13 @@ class SwitchyardPolicy:
             return (bool(learned[i]) and samples[i] >= self.cold_samples and not c.cold
                     and float(c.setup_ms) * float(c.setup_share) <= mean_ms[i])
 
+        def occupancy(i: int) -> float:  # setup, transfer, handling and execution
+            return besides[i] + mean_ms[i]
+
+        if chosen == greedy and is_known(chosen):  # not an exploration
+            if usable[chosen].shares_core:
+                self.shared_routed_ms += max(0.0, occupancy(chosen))
+            return chosen
         known = [is_known(i) for i in range(len(learned))]
         ready = [j for j, i in enumerate(idx) if known[int(i)]]
         best_known = idx[ready[lowest_plain([greedy_scores[j] for j in ready])]] if ready \
@@ -415,7 +422,7 @@ class SwitchyardPolicy:
         return self._within_budget(pick, best_known, usable, occupancy)
 
     def _within_budget(self, pick: int, best_known: int, usable: Sequence[Candidate],
-                       occupancy: list[float]) -> int:
+                       occupancy: Callable[[int], float]) -> int:
         """``pick``, unless it is an exploration on a class sharing its cores (``shares_core``)
         whose expected occupancy there (setup, handling, execution) beyond the best known
         pick's would take the explorations' extra past ``EXPLORE_SHARE`` of the occupancy
@@ -427,21 +434,19 @@ class SwitchyardPolicy:
         life."""
         if not usable[pick].shares_core:
             return pick
-        extra = max(0.0, occupancy[pick] - occupancy[best_known]) if pick != best_known else 0.0
+        extra = max(0.0, occupancy(pick) - occupancy(best_known)) if pick != best_known else 0.0
         if extra > 0.0 and (self.shared_explored_ms + extra
                             > EXPLORE_SHARE * self.shared_routed_ms + EXPLORE_ALLOWANCE_MS):
             pick = best_known
             extra = 0.0
         self.shared_explored_ms += extra
-        self.shared_routed_ms += max(0.0, occupancy[pick])
+        self.shared_routed_ms += max(0.0, occupancy(pick))
         return pick
 
     def _when_idle(self, chosen: int, greedy: int, idx: list[int], greedy_scores: list[float],
                    wait: list[float], usable: Sequence[Candidate], mean_ms: list[float],
                    known: list[bool], best_known: int) -> int:
-        """`_explore_only_when_idle`'s rule, before the budget."""
-        if chosen == greedy and known[chosen]:
-            return chosen  # not an exploration
+        """`_explore_only_when_idle`'s rule (for an exploration), before the budget."""
         cold = [c.cold for c in usable]
         usable_modes = [c.variant.mode for c in usable]
         core_busy = [float(c.core_busy_ms) for c in usable]

@@ -186,8 +186,7 @@ def perform(
     held_ms = (time.perf_counter_ns() - held_from) / 1e6
     return _records(route, runtime, device_id=device_id, queue_ms=queue_ms, decided=decided,
                     started_at_ms=started_at_ms, finished_at_ms=clock_ms(), held_ms=held_ms,
-                    status=status,
-                    error=error, variant=raw_variant, op=op_dict, flops=flops,
+                    status=status, error=error, variant=raw_variant, op=op_dict, flops=flops,
                     bytes_moved=bytes_moved, execution=execution, exec_ms=exec_ms,
                     throttled=throttled, digest=digest, output_wire=output_wire,
                     batch_exec_ms=None, moved=moved)
@@ -384,7 +383,7 @@ def perform_batch(
             parsed.route, runtime, device_id=device_id,
             queue_ms=max(0.0, started_at_ms - decided) if decided is not None else 0.0,
             decided=decided, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms,
-            held_ms=held_ms, status="ok", error=None, variant=variant.to_dict(), op=op_dict, flops=flops,
-            bytes_moved=bytes_moved, execution=execution, exec_ms=batch_ms / len(batch),
+            held_ms=held_ms, status="ok", error=None, variant=variant.to_dict(), op=op_dict,
+            flops=flops, bytes_moved=bytes_moved, execution=execution, exec_ms=batch_ms / len(batch),
             throttled=slowdown > 1.0, digest=digest, output_wire=wire, batch_exec_ms=batch_ms))
     return results

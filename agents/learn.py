@@ -6,6 +6,10 @@ and recovered first, with its partition on a rebalance) and publishes a copy to 
 ``models`` table that every decider reads. A batch is folded in with one model update per
 class and one table write per class: per-event table writes are what limits a Faust agent's throughput.
 
+On a CPU device a row whose CPU time (``cpu_ms``) is well below its wall time (``exec_ms``)
+waited for its core while neighbours on it ran: the model learns its CPU time, what the op
+costs when it has its core (`model_times`); the history keeps the wall time.
+
 A workload an executor ran in a batched call (``batch_size`` > 1, dynamic batching) is not a
 measurement of its op alone: its ``exec_ms`` is a share of the call. The models learn the call
 instead, once, as the one op it computed (``models.ops.batched_equivalent``: matmuls stacked
@@ -90,6 +94,8 @@ _OP_CACHE: dict[bytes, tuple[OpSpec, Variant]] = {}
 # every batch was most of the metric stage's cost at low load). Another worker's write (after
 # a rebalance) moves the stored versions on, and the stored form is used again.
 _LAST_WRITTEN: dict[str, tuple[CostModel, HistoryModel]] = {}
+# A row whose CPU time is below this share of its wall time waited for its core (`model_times`).
+STRETCHED = 0.8
 OP_CACHE_SIZE = 4096
 
 
@@ -109,13 +115,18 @@ def cached_op(op: Any, variant: Any, key: bytes | None = None) -> tuple[OpSpec, 
 
 
 def metric_row(metric: MetricRow) -> Row | None:
-    """The (op, variant, exec ms, energy J) row a cost model learns from; for a workload of a
-    batched call, the call as its equivalent op (None where the catalog has none)."""
+    """The (op, variant, ms, energy J) row a cost model learns from (ms: as `model_times`, the
+    CPU time of a stretched row, else the wall time); for a workload of a batched call, the
+    call as its equivalent op (None where the catalog has none)."""
     op, variant = cached_op(metric.op, metric.variant)
     energy = metric.energy_j if isinstance(metric.energy_j, int | float) else None
     size = metric.batch_size
     if size == 1:
-        return op, variant, float(metric.exec_ms), energy
+        cpu_ms = getattr(metric, "cpu_ms", None)
+        ms = float(metric.exec_ms)
+        if isinstance(cpu_ms, int | float) and cpu_ms < STRETCHED * ms:
+            ms = float(cpu_ms)
+        return op, variant, ms, energy
     if not (type(size) is int and size > 1 and isinstance(metric.batch_exec_ms, int | float)):
         raise ValueError(f"batched metric with batch_size {size!r} and batch_exec_ms "
                          f"{metric.batch_exec_ms!r}")
@@ -183,6 +194,20 @@ async def _refuse_row(batch: MetricBatch, i: int, reason: str) -> None:
                       raw=None if batch.whole(i) else orjson.dumps(batch.row(i)))
 
 
+def model_times(exec_ms: np.ndarray, cpu_ms: np.ndarray, single: np.ndarray) -> np.ndarray:
+    """The times the cost model learns: what each op costs when it has its cores. For a call
+    of its own whose CPU time is below ``STRETCHED`` x its wall time, the CPU time; else the
+    wall time (also where the CPU time is not measured: NaN). On a core other executors
+    share, the wall time stretches with their work and the CPU time does not (on the AMD
+    EPYC, 2026-12-07: such torch fp32 rows of the live bf16 set read 1.99x the same op's
+    wall time under always-torch, their CPU time 1.10x); the router charges that sharing to
+    the wait (models/dispatch.py). An op alone on its core reads 0.9-1.1, and keeps its wall
+    time (taking the smaller of the two, as tried on 2026-12-06, read most rows a few % low),
+    as does an op that kept several cores busy. The dmda baseline's history learns the wall time, as StarPU's does."""
+    stretched = single & (cpu_ms < STRETCHED * exec_ms)  # NaN compares False
+    return np.where(stretched, cpu_ms, exec_ms)
+
+
 async def learn_batch(batch: MetricBatch) -> None:
     """Fold a batch's successful executions into each class's model and history (called by
     the metric stage, agents/metrics.py, with the batch's well-formed metrics).
@@ -220,6 +245,7 @@ async def learn_batch(batch: MetricBatch) -> None:
     batched = np.flatnonzero(learn & ~single).tolist()
     if batched:
         await _batched_calls(batch, batched, pairs, invalid, learn, pair_of, exec_ms, energy)
+    model_ms = model_times(exec_ms, batch.cpu_ms, single)
     for code, device_class in enumerate(batch.classes):
         rows = np.flatnonzero(learn & (batch.class_code == code))
         if not rows.size:
@@ -236,7 +262,7 @@ async def learn_batch(batch: MetricBatch) -> None:
             stored = class_models.get(device_class) or models.get(device_class)
             stored_history = class_history.get(device_class) or history.get(device_class)
         model, hist = learned_state(device_class, stored, stored_history)
-        model.learn_indexed(known, index, exec_ms[rows], energy[rows])
+        model.learn_indexed(known, index, model_ms[rows], energy[rows])
         hist.observe_indexed(device_class, known, index, exec_ms[rows], energy[rows])
         model_dict, history_dict = model.to_dict(), hist.to_dict()
         # The one-time setup of new shapes, learned beside the model (models/setup.py).

@@ -40,7 +40,7 @@ KINDS = {**REQUIRED, **OPTIONAL}  # check order: required fields first, as check
 # The fields the window and learn stages read, as columns (op and variant: as shape indexes).
 NEEDED = ("device_id", "device_class", "status", "exec_ms", "energy_j", "batch_size",
           "batch_exec_ms", "setup_ms", "started_at_ms", "finished_at_ms", "transfer_ms",
-          "transfer_bytes")
+          "transfer_bytes", "cpu_ms")
 _TYPES: dict[str, frozenset[type]] = {
     "string": frozenset({str}), "object": frozenset({dict}), "list": frozenset({list}),
     "integer": frozenset({int}), "boolean": frozenset({bool}), "number": frozenset({int, float})}
@@ -283,7 +283,7 @@ class MetricBatch:
     ``block_of`` gives each row's block (its event: ``blocks[b].event``); ``classes`` the
     batch's device classes and ``class_code`` each row's; ``shapes`` the batch's distinct
     ``(op, variant)`` pairs as decoded (``shape_keys``: their JSON text) and ``shape`` each
-    row's. Absent numbers (energy, the call time of a batched row, setup) are NaN.
+    row's. Absent numbers (energy, the call time of a batched row, setup, CPU time) are NaN.
     """
 
     blocks: list[Block]
@@ -297,6 +297,7 @@ class MetricBatch:
     batch_size: list[Any]
     batch_exec_ms: list[Any]
     setup_ms: np.ndarray
+    cpu_ms: np.ndarray
     shapes: list[tuple[Any, Any]]
     shape_keys: list[bytes]
     shape: np.ndarray
@@ -382,5 +383,6 @@ class MetricBatch:
             energy_j=np.asarray(chain("energy_j"), dtype=np.float64),
             batch_size=chain("batch_size"), batch_exec_ms=chain("batch_exec_ms"),
             setup_ms=np.asarray(chain("setup_ms"), dtype=np.float64),
+            cpu_ms=np.asarray(chain("cpu_ms"), dtype=np.float64),
             shapes=shapes, shape_keys=list(where), shape=np.array(shape, dtype=np.intp),
             columns=columns)

@@ -79,3 +79,27 @@ def test_the_learner_goes_on_from_the_models_it_wrote_only_while_they_are_the_st
         assert cold.samples == 0 and cold_history.version == 0
     finally:
         learn._LAST_WRITTEN.pop("sim-h100", None)
+
+
+def test_the_model_learns_the_cpu_time_where_a_shared_core_stretched_the_wall_time() -> None:
+    import numpy as np
+
+    from agents.learn import model_times
+
+    nan = float("nan")
+    exec_ms = np.array([10.0, 10.0, 10.0, 4.0, 10.0, 10.0])
+    cpu_ms = np.array([5.0, 14.0, nan, 1.0, 5.0, 9.0])
+    single = np.array([True, True, True, False, True, True])
+    learned = model_times(exec_ms, cpu_ms, single)
+    # stretched by a neighbour: the CPU time; several cores busy: the wall time; not
+    # measured (GPU, sim, older executors): the wall time; a batched call: its call time;
+    # CPU time a little below the wall time (an op alone on its core): the wall time
+    assert learned.tolist() == [5.0, 10.0, 10.0, 4.0, 5.0, 10.0]
+    assert exec_ms.tolist() == [10.0, 10.0, 10.0, 4.0, 10.0, 10.0]  # the history's, untouched
+    # The row-by-row form agrees.
+    learned = metric_row(row(cpu_ms=0.2))
+    assert learned is not None and learned[2] == 0.2
+    learned = metric_row(row(cpu_ms=0.45))
+    assert learned is not None and learned[2] == 0.5
+    learned = metric_row(row(cpu_ms=0.9))
+    assert learned is not None and learned[2] == 0.5

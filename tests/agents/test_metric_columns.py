@@ -189,7 +189,8 @@ def test_learn_batch_learns_what_metric_row_gives_row_by_row(monkeypatch) -> Non
     rows[12] = row(12, batch_size=2)  # batched, but no call time
     rows[15] = row(15, device_class="jax-cpu-x86", setup_ms=40.0)
     rows[17] = row(17, batch_size=None)  # null: optional, but not a call of one
-    rows[4] = row(4, cpu_ms=0.2)  # the CPU time is reported, the wall time learned
+    rows[4] = row(4, cpu_ms=0.2)  # a shared core stretched the wall time: the model learns 0.2
+    rows[5] = row(5, cpu_ms=2.0)  # several cores busy: the wall time
     blocks = []
     for part, event in ((rows[:12], _Event()), (rows[12:], _Event())):
         block, refused = parse_block(columnar(part))
@@ -203,6 +204,7 @@ def test_learn_batch_learns_what_metric_row_gives_row_by_row(monkeypatch) -> Non
     assert json.loads(dead[1][1] or b"")["workload_id"] == "w12"
     assert json.loads(dead[2][1] or b"")["workload_id"] == "w17"
     expected: dict[str, list[Any]] = {}
+    walls: dict[str, list[Any]] = {}
     calls: set[Any] = set()
     for r in rows:
         metric = parse_metrics(orjson.dumps(r))[0][0]
@@ -215,12 +217,15 @@ def test_learn_batch_learns_what_metric_row_gives_row_by_row(monkeypatch) -> Non
         learned = metric_row(metric)
         if learned is not None:
             expected.setdefault(metric.device_class, []).append(learned)
+            # the history (the dmda baseline's) learns the wall time
+            wall = learned if key is not None else (*learned[:2], metric.exec_ms, learned[3])
+            walls.setdefault(metric.device_class, []).append(wall)
     assert sorted(tables["models"]) == sorted(expected) == ["jax-cpu-x86", "torch-cpu-x86"]
     for device_class, class_rows in expected.items():
         model = CostModel.for_class(device_class)
         model.learn_many(class_rows)
         hist = HistoryModel()
-        hist.observe_many(device_class, class_rows)
+        hist.observe_many(device_class, walls[device_class])
         stored = tables["class_models"][device_class]
         assert stored["time"]["rows"] == len(class_rows)
         np.testing.assert_allclose(stored["time"]["eta"], model.to_dict()["time"]["eta"],
@@ -238,7 +243,8 @@ def test_learn_batch_learns_what_metric_row_gives_row_by_row(monkeypatch) -> Non
     assert tables["class_models"]["jax-cpu-x86"]["setup"]["softmax/eager"]["ms"] == 40.0
     # The call of three workloads was learned once, as the bmm it computed, taking 0.9 ms.
     assert any(op.kind == "bmm" and ms == 0.9 for op, _, ms, _ in expected["torch-cpu-x86"])
-    assert expected["torch-cpu-x86"][3][2] == 0.54
+    assert [r[2] for r in expected["torch-cpu-x86"][3:5]] == [0.2, 0.55]
+    assert [r[2] for r in walls["torch-cpu-x86"][3:5]] == [0.54, 0.55]
 
 
 def test_global_copies_are_written_at_most_every_copy_period(monkeypatch) -> None:

@@ -39,11 +39,24 @@ and never comes back: in CI (2026-12-07, a loaded 2-core machine) a simulated H1
 rows read 142 ms of handling beside a simulated CPU core's 0.75 ms, and the router sent the
 H100 nothing more. One that errs low draws work, whose rows correct it within ``CAP_AFTER_ROWS``
 workloads.
+
+A line does not fit every size: bf16 conversions of tensors out of the cache cost more per MB
+than those in it (torch bf16 on the live bf16 set, AMD EPYC 2026-12-07: 68 ms of handling
+for a 4096 x 2048 softmax where the line, set by the smaller rows, read 36; its fp32 run
+handled the same workload in 37, so the router took bf16's faster execution for a saving it
+did not have). So a key also keeps its latest ``SIZE_ROWS`` rows of each size (sizes within
+``SIZE_BIN`` in ln-bytes share one), and once a size has two the estimate there is the least
+of them: a stall only raises a row, and one row alone is not trusted (that size is estimated
+from the line until a second row comes). And a class with few rows is charged the least of
+the estimates of the keys that have measured a workload at least half as large (any key
+where none has): a line extrapolated from small rows alone read 3 ms for that softmax, and
+made every try of it on another runtime look cheap (JAX's bf16 handling of it: ~70 ms).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 from models.transfer import TransferEstimate, fit_transfer, update_transfer
@@ -52,6 +65,9 @@ CAP_AFTER_ROWS = 10  # rows before a class's estimate caps what one row may coun
 CAP_FACTOR = 4.0  # a row counts as at most this many times the current estimate ...
 CAP_FLOOR_MS = 2.0  # ... plus this (a row near 0 ms still moves it)
 SPREAD_MB = 1.0  # a row's noise grows with its size beyond this (`row_weight`)
+SIZE_BIN = 0.1  # sizes within this in ln-bytes (~10 %) are one size to `Handling`'s memory
+SIZE_ROWS = 3  # the latest rows of each size kept; two are needed for an estimate
+SIZES_KEPT = 512  # sizes remembered per key (the oldest forgotten beyond)
 
 
 def row_weight(mb: float) -> float:
@@ -87,6 +103,8 @@ class Handling:
         self._fits: dict[str, TransferEstimate | None] = {}
         self._first: dict[str, list[tuple[float, float]]] = {}  # a key's rows, until it
         # has CAP_AFTER_ROWS of them
+        self._sizes: dict[str, dict[int, deque[float]]] = {}  # a key's latest rows per size
+        self._largest: dict[str, float] = {}  # the largest workload a key has measured
 
     def observe(self, key: str, nbytes: float, ms: float) -> None:
         """One finished workload of the class in a precision (``key``: `handling_key`):
@@ -107,6 +125,27 @@ class Handling:
                     ms = min(ms, CAP_FACTOR * fit.ms(nbytes) + CAP_FLOOR_MS)
             self._sums[key] = update_transfer(self._sums[key], [(nbytes, ms)], row_weight)
         self._fits.pop(key, None)
+        sizes = self._sizes.setdefault(key, {})
+        size = size_bin(nbytes)
+        rows = sizes.get(size)
+        if rows is None:
+            if len(sizes) >= SIZES_KEPT:
+                del sizes[next(iter(sizes))]
+            rows = sizes[size] = deque(maxlen=SIZE_ROWS)
+        rows.append(ms)
+        self._largest[key] = max(self._largest.get(key, 0.0), float(nbytes))
+
+    def _sized(self, key: str, nbytes: float) -> float | None:
+        """The least of the key's latest rows of this size, from two rows; else None."""
+        rows = self._sizes.get(key, {}).get(size_bin(nbytes))
+        return min(rows) if rows is not None and len(rows) >= 2 else None
+
+    def _estimate(self, key: str, nbytes: float) -> float | None:
+        sized = self._sized(key, nbytes)
+        if sized is not None:
+            return sized
+        fit = self._fit(key)
+        return fit.ms(nbytes) if fit is not None else None
 
     def _fit(self, key: str) -> TransferEstimate | None:
         if key not in self._fits:
@@ -118,10 +157,13 @@ class Handling:
     def ms(self, key: str, nbytes: float) -> float:
         """The expected handling of a workload of ``nbytes`` on the class in a precision
         (``key``: `handling_key`)."""
-        fit = self._fit(key)
-        if fit is not None and key not in self._first:
-            return fit.ms(nbytes)
-        measured = [f.ms(nbytes) for c in self._sums if (f := self._fit(c)) is not None]
+        if key not in self._first:
+            own = self._estimate(key, nbytes)
+            if own is not None:
+                return own
+        near = [c for c in self._sums if self._largest.get(c, 0.0) >= 0.5 * nbytes]
+        measured = [ms for c in (near or self._sums)
+                    if (ms := self._estimate(c, nbytes)) is not None]
         return min(measured, default=0.0)  # its own among them while it has few rows
 
     def by_class(self) -> dict[str, dict[str, float]]:
@@ -134,6 +176,11 @@ class Handling:
                 out[c] = {"a_ms": fit.a_ms, "ms_per_mb": fit.b_ms_per_mb,
                           "rows": float(fit.rows)}
         return out
+
+
+def size_bin(nbytes: float) -> int:
+    """The size a workload of ``nbytes`` counts as in `Handling`'s memory of sizes."""
+    return round(math.log(max(float(nbytes), 1.0)) / SIZE_BIN)
 
 
 def capped_rows(rows: list[tuple[float, float]], rounds: int = 5) -> list[tuple[float, float]]:

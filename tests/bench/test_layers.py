@@ -89,8 +89,10 @@ def test_the_held_profile_times_an_executors_whole_route_of_each_option() -> Non
     from bench.fleets import live_profiles
 
     ops = [parse_op({"kind": "softmax", "rows": 512, "dim": 2048})]
-    executed, _ = live_profiles(["numpy"], ops, ["fp32"], 3, handling=False)
-    held, _ = live_profiles(["numpy"], ops, ["fp32"], 3, held=True)
+    # Medians of 9: of 3, two runs stretched by other work on the machine moved a median by
+    # the margin asserted below (executed 7.5 ms against 2.4-3.3, held 10.0, under load).
+    executed, _ = live_profiles(["numpy"], ops, ["fp32"], 9, handling=False)
+    held, _ = live_profiles(["numpy"], ops, ["fp32"], 9, held=True)
     assert set(held["numpy-cpu-x86"]) == set(executed["numpy-cpu-x86"])
     (key,) = held["numpy-cpu-x86"]
     # 4 MB made and 4 MB checksummed: ~1 ms/MB of SHA-256 alone on this project's machines.

@@ -137,12 +137,16 @@ async def complete_outcome(outcome: Outcome) -> None:
     observability.inc("switchyard_results_total", device_class=outcome.device_class,
                       status=outcome.status)
     if entry:
-        if outcome.status == "ok" and outcome.device_class == entry.get("device_class"):
-            # How long the class really took against what it was charged: its pace scales
-            # the wait the next decisions expect behind its queue (models/backlog.py).
+        if outcome.device_class == entry.get("device_class"):
             service = service_ms(outcome)
-            state.backlog.observe(outcome.device_class, charge_of(entry), service)
-            learn_handling(outcome, entry, service)
+            # What the route cost its executor, for the policy's exploration budget.
+            state.settle(outcome.id, service)
+            if outcome.status == "ok":
+                # How long the class really took against what it was charged: its pace
+                # scales the wait the next decisions expect behind its queue
+                # (models/backlog.py).
+                state.backlog.observe(outcome.device_class, charge_of(entry), service)
+                learn_handling(outcome, entry, service)
         state.close_inflight(outcome.id, now_ms())  # seen finished now (models/dispatch.py)
 
 

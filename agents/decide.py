@@ -81,6 +81,8 @@ def _policy_options() -> dict[str, Any]:
 
 
 policy = make_policy(settings.policy, **_policy_options())
+# The exploration budget learns what its charges really cost (SwitchyardPolicy.settle).
+state.settle = getattr(policy, "settle", state.settle)
 guard = OffsetGuard("decide", input_offsets)
 rng = np.random.default_rng(settings.seed)
 # Derived caches of the global tables (rebuilt from them on demand, never a source of truth).

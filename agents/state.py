@@ -33,6 +33,7 @@ import os
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from app.faust_patches import CoordinatorWatch
@@ -68,6 +69,15 @@ coordinator_watch = CoordinatorWatch(after_s=2 * app.conf.broker_session_timeout
 recent: dict[int, deque[dict[str, Any]]] = {}
 shapes = RecentShapes()
 last_routed: dict[str, float] = {}  # device class -> time.monotonic() of its last route
+
+
+def _nothing_to_settle(workload_id: str, held_ms: float) -> None:
+    return None
+
+
+# Told each completed workload's measured hold (the complete stage): the decide stage's
+# policy's ``settle`` where it has one (agents/decide.py; models/policy.py).
+settle: Callable[[str, float], None] = _nothing_to_settle
 
 
 def note_route(workload: Workload, device_class: str) -> None:

@@ -24,12 +24,14 @@ start, nothing known yet, the best candidate by the means): an unknown (say comp
 variant is tried while its class has nothing better to do, never behind a long queue that its
 compilation would stall. On a core shared with other classes' executors, explorations also
 spend a budget: what they add to the core's occupancy over the best known picks stays within
-``EXPLORE_SHARE`` of the occupancy routed there, plus ``EXPLORE_ALLOWANCE_MS``.
+``EXPLORE_SHARE`` of the occupancy routed there, plus ``EXPLORE_ALLOWANCE_MS``, each charged
+as expected when routed and as its executor measured it once its outcome comes (`settle`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +93,8 @@ IDLE_WAIT_MS = 1.0
 # the occupancy routed to them, beyond an allowance (about one compilation) to start with.
 EXPLORE_SHARE = 0.1
 EXPLORE_ALLOWANCE_MS = 250.0
+# Decisions on shared cores whose measured hold has not come back yet (`settle`), at most.
+UNSETTLED_KEPT = 8192
 # How many candidates besides the chosen one a decision lists in ``compared``.
 COMPARED_OTHERS = 3
 
@@ -154,6 +158,10 @@ class SwitchyardPolicy:
         # explorations added over the best known pick (`_within_budget`).
         self.shared_routed_ms = 0.0
         self.shared_explored_ms = 0.0
+        # Per workload routed there, until `settle`: the occupancy charged to the routed
+        # total, the extra charged to explorations, and (an exploration) the best known
+        # pick's expected occupancy, NaN otherwise.
+        self._unsettled: OrderedDict[str, tuple[float, float, float]] = OrderedDict()
 
     # It keeps what it reads of the cost models per (op, precisions) in a snapshot's memo
     # (models/routing.py::choose).
@@ -276,7 +284,7 @@ class SwitchyardPolicy:
             drawn = chosen
             chosen = self._explore_only_when_idle(
                 chosen, greedy, idx, greedy_scores, wait, usable, mean_ms, learned, samples,
-                besides)
+                besides, workload.id)
             held_back = chosen != drawn
             pick_at = idx.index(chosen)
 
@@ -390,7 +398,7 @@ class SwitchyardPolicy:
                                 greedy_scores: list[float], wait: list[float],
                                 usable: Sequence[Candidate], mean_ms: list[float],
                                 learned: list[bool], samples: list[int],
-                                besides: list[float]) -> int:
+                                besides: list[float], workload_id: str = "") -> int:
         """``chosen``, unless it is an exploration (the draw's pick, not the means'; a class
         still near its prior; a shape whose setup there — beyond the warm-up run, the
         candidate's ``setup_ms`` — is unknown or costs more than the execution) on a class
@@ -411,7 +419,7 @@ class SwitchyardPolicy:
 
         if chosen == greedy and is_known(chosen):  # not an exploration
             if usable[chosen].shares_core:
-                self.shared_routed_ms += max(0.0, occupancy(chosen))
+                self._charge(workload_id, max(0.0, occupancy(chosen)), 0.0, math.nan)
             return chosen
         known = [is_known(i) for i in range(len(learned))]
         ready = [j for j, i in enumerate(idx) if known[int(i)]]
@@ -419,10 +427,10 @@ class SwitchyardPolicy:
             else greedy
         pick = self._when_idle(chosen, greedy, idx, greedy_scores, wait, usable, mean_ms,
                                known, best_known)
-        return self._within_budget(pick, best_known, usable, occupancy)
+        return self._within_budget(pick, best_known, usable, occupancy, workload_id)
 
     def _within_budget(self, pick: int, best_known: int, usable: Sequence[Candidate],
-                       occupancy: Callable[[int], float]) -> int:
+                       occupancy: Callable[[int], float], workload_id: str = "") -> int:
         """``pick``, unless it is an exploration on a class sharing its cores (``shares_core``)
         whose expected occupancy there (setup, handling, execution) beyond the best known
         pick's would take the explorations' extra past ``EXPLORE_SHARE`` of the occupancy
@@ -431,7 +439,8 @@ class SwitchyardPolicy:
         compiled variant's try costs ten ordinary workloads (the live bf16 set, 2026-12-07:
         35-40 % of its decisions explorations, 22 in its second half to JAX's compilations of
         100-400 ms, beside torch's queue). Counts are kept in the policy, for the worker's
-        life."""
+        life, as expected until `settle` replaces a workload's by what its executor held it
+        for."""
         if not usable[pick].shares_core:
             return pick
         extra = max(0.0, occupancy(pick) - occupancy(best_known)) if pick != best_known else 0.0
@@ -439,9 +448,34 @@ class SwitchyardPolicy:
                             > EXPLORE_SHARE * self.shared_routed_ms + EXPLORE_ALLOWANCE_MS):
             pick = best_known
             extra = 0.0
-        self.shared_explored_ms += extra
-        self.shared_routed_ms += max(0.0, occupancy(pick))
+        best = occupancy(best_known) if pick != best_known else math.nan
+        self._charge(workload_id, max(0.0, occupancy(pick)), extra, best)
         return pick
+
+    def _charge(self, workload_id: str, routed: float, extra: float, best: float) -> None:
+        self.shared_routed_ms += routed
+        self.shared_explored_ms += extra
+        if workload_id:
+            self._unsettled[workload_id] = (routed, extra, best)
+            if len(self._unsettled) > UNSETTLED_KEPT:
+                self._unsettled.popitem(last=False)
+
+    def settle(self, workload_id: str, held_ms: float) -> None:
+        """Replace what a workload routed to a shared core was charged to the budget
+        (`_within_budget`) by what its executor held it for (``held_ms``: setup, handling and
+        execution as they were): an exploration by its hold beyond the best known pick's
+        expected occupancy, and the routed total by the hold. Expected costs err low where it
+        matters most: on the live bf16 set (AMD EPYC, 2026-12-07) JAX's tries were charged
+        setups of 48-244 ms that took 253-1,442 ms, and a try that looked no dearer than
+        torch was charged nothing (a softmax held 259 ms against torch's expected 46).
+        Unknown ids (another worker's, a decision before a restart) are ignored."""
+        charged = self._unsettled.pop(workload_id, None)
+        if charged is None or not math.isfinite(held_ms) or held_ms < 0.0:
+            return
+        routed, extra, best = charged
+        self.shared_routed_ms += held_ms - routed
+        if not math.isnan(best):
+            self.shared_explored_ms += max(0.0, held_ms - best) - extra
 
     def _when_idle(self, chosen: int, greedy: int, idx: list[int], greedy_scores: list[float],
                    wait: list[float], usable: Sequence[Candidate], mean_ms: list[float],

@@ -712,3 +712,48 @@ def test_explorations_on_a_shared_core_spend_at_most_their_budget() -> None:
     # Spent: more known work routed there earns the next try.
     policy.shared_routed_ms += 2000.0 / EXPLORE_SHARE
     assert run(policy, True, range(300, 600)) >= 1
+
+
+def test_the_exploration_budget_is_charged_what_the_tries_really_held() -> None:
+    """A JAX try charged its expected 150 ms of setup held the shared core for 1.5 s (the
+    live bf16 set: setups expected at 48-244 ms took 253-1,442): once its outcome says so
+    (`settle`), the budget counts that, and no further try goes through until the known
+    work routed there has earned it. Known work settles at its measured hold too."""
+    from models.policy import EXPLORE_ALLOWANCE_MS, EXPLORE_SHARE, SwitchyardPolicy
+
+    torch = CostModel.for_class("torch-cpu-x86")
+    for _ in range(60):
+        torch.learn_one(MATMUL, FP32, 3.0)
+    models = {"torch-cpu-x86": torch}
+    offered = [Candidate("torch-cpu-x86", FP32, 1, 0.0, device_wait_ms=0.0, shares_core=True),
+               Candidate("jax-cpu-x86", FP32, 1, 0.0, device_wait_ms=0.0, setup_ms=150.0,
+                         setup_runs=1.0, setup_share=0.01, cold=True, shares_core=True)]
+
+    def tries(policy: SwitchyardPolicy, seeds: range, held_jax: float | None) -> list[str]:
+        ids = []
+        for seed in seeds:
+            wid = f"w{seed}"
+            chosen = policy.decide(workload(wid=wid), offered, models, None, rng(seed))
+            if chosen.device_class == "jax-cpu-x86":
+                ids.append(wid)
+                if held_jax is not None:
+                    policy.settle(wid, held_jax)
+            elif held_jax is not None:
+                policy.settle(wid, 3.0)
+        return ids
+
+    expected = SwitchyardPolicy()
+    assert len(tries(expected, range(300), None)) >= 2
+    measured = SwitchyardPolicy()
+    first = tries(measured, range(300), 1500.0)
+    assert len(first) == 1  # the one try spent the budget, as measured
+    assert measured.shared_explored_ms > 1000.0
+    assert measured.shared_explored_ms > (EXPLORE_SHARE * measured.shared_routed_ms
+                                          + EXPLORE_ALLOWANCE_MS)
+    # The routed total is the measured holds: 299 known workloads of 3 ms and the try.
+    assert measured.shared_routed_ms == pytest.approx(299 * 3.0 + 1500.0)
+    # Unknown or repeated ids change nothing.
+    before = (measured.shared_routed_ms, measured.shared_explored_ms)
+    measured.settle(first[0], 99.0)
+    measured.settle("never-routed", 99.0)
+    assert (measured.shared_routed_ms, measured.shared_explored_ms) == before

@@ -244,23 +244,18 @@ def held_ms(runtime: Any, op: OpSpec, variant: Variant, repeats: int) -> float:
     return float(np.median(times))
 
 
-def live_true_ms(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
-                 repeats: int, handling: bool = True) -> dict[str, dict[str, float]]:
-    """An exhaustive pre-profile, one runtime at a time, each in a fresh process on one core
-    with one thread (as its executor will run): the median time of every (op, variant) each
-    runtime offers at the given precisions, with the executor's handling of a workload
-    (``handling_ms``) unless ``handling`` is False (the execution alone: what executors report
-    as ``latency_ms`` and the cost models learn). In this process, unpinned, JAX's fp32 ran on
-    ~1.7 cores and the oracle planned with times no executor could meet."""
-    return live_profiles(runtimes, ops, precisions, repeats, handling)[0]
-
-
 def live_profiles(runtimes: Sequence[str], ops: Sequence[OpSpec], precisions: Sequence[str],
                   repeats: int, handling: bool = True, interleaved: bool = False,
                   held: bool = False,
                   ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """`live_true_ms`'s table (with ``held``: each option's `held_ms`) and, with
-    ``interleaved``, the same options' medians over rounds in which each runs once among the
+    """An exhaustive pre-profile, one runtime at a time, each in a fresh process on one core
+    with one thread (as its executor will run): the median time of every (op, variant) each
+    runtime offers at the given precisions, with the executor's handling of a workload
+    (``handling_ms``) unless ``handling`` is False (the execution alone: what executors report
+    as ``latency_ms`` and the cost models learn), or with ``held`` each option's `held_ms`
+    (what the scheduling benchmark's live oracle plans with). In this process, unpinned, JAX's
+    fp32 ran on ~1.7 cores and the oracle planned with times no executor could meet. Also,
+    with ``interleaved``, the same options' medians over rounds in which each runs once among the
     others (`_profile_runtime`; empty otherwise)."""
     table: dict[str, dict[str, float]] = {}
     rounds: dict[str, dict[str, float]] = {}
@@ -338,7 +333,7 @@ def build_trace(mix: Sequence[tuple[float, dict[str, Any]]], count: int, rate: f
     return workloads, arrivals
 
 
-if __name__ == "__main__":  # one runtime's pre-profile, for live_true_ms (JSON in and out)
+if __name__ == "__main__":  # one runtime's pre-profile, for live_profiles (JSON in and out)
     asked = json.loads(sys.stdin.read())
     print(json.dumps(_profile_runtime(sys.argv[1], [parse_op(o) for o in asked["ops"]],
                                       asked["precisions"], int(asked["repeats"]),

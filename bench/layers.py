@@ -3,7 +3,7 @@
 The layers of ``traces/model-layers.jsonl`` (BERT, GPT-2, a quarter-width Llama-7B block,
 ResNet-50/20 and published MLPs; shapes no benchmark trains on) are profiled first on each CPU
 runtime — torch, JAX and NumPy, one thread on one core in a fresh process each, every
-fp32/bf16 variant (``fleets.live_true_ms``, the execution alone, as executors report it) —
+fp32/bf16 variant (``fleets.live_profiles``, the execution alone, as executors report it) —
 and then played through a worker and the three executors (the executors on one core, the
 worker on the others: ``fleets.live_cores``): the layers in a new random
 order in every pass, Poisson arrivals at a rate low enough that queues stay short, so the
@@ -73,7 +73,7 @@ def passes(layers: list[dict[str, Any]], count: int, seed: int) -> list[dict[str
 
 
 def option_key(op: OpSpec, variant: Variant) -> str:
-    """The profile's key of an (op, variant) (``fleets.live_true_ms``)."""
+    """The profile's key of an (op, variant) (``fleets.live_profiles``)."""
     return f"{op.signature()}|{variant.precision}/{variant.mode}"
 
 

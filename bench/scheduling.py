@@ -91,7 +91,13 @@ def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, A
     counts = fleets.fleet_classes(fleet)
     ops = fleets.distinct_ops(mix)
     if live:
-        table = fleets.live_true_ms([s.runtime for s in fleet], ops, device_set.precisions, 5)
+        # What an executor holds a route of each option for (fleets.held_ms: inputs made,
+        # the variant's conversions, execution, checksum). Until 2026-12-07 the execution
+        # plus an fp32 workload's inputs and checksum: bf16's conversions (60-76 ms for a
+        # 4096 x 2048 softmax) were unseen, the oracle sent such ops to bf16 and trailed
+        # always-torch by 1.6x, and the static class on fp32 was JAX (its compilations unseen).
+        table = fleets.live_profiles([s.runtime for s in fleet], ops, device_set.precisions, 5,
+                                     held=True)[0]
         usable = max(1.0, (os.cpu_count() or 2) - 1.0)  # the worker and broker need a core
         servers = {c: n * min(1.0, usable / sum(counts.values())) for c, n in counts.items()}
     else:
@@ -122,7 +128,7 @@ def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, A
                                              seed=7, id_prefix=f"{device_set.name}-")
     profile = write_json(out_dir, f"oracle_{device_set.name}",
                          {"true_ms": table, "time_scale": scale,
-                          "source": "pre-profile" if live else "simulator roofline"})
+                          "source": "pre-profile, held" if live else "simulator roofline"})
     return {"fleet": fleet, "table": table, "capacity_per_s": capacity, "rate_per_s": rate,
             "load": rate / fp32, "time_scale": scale, "static_class": max(single, key=lambda c: single[c]),
             "single_class_capacity": single, "workloads": workloads, "arrivals": arrivals,
@@ -349,8 +355,10 @@ def report(results: dict[str, Any], quick: bool) -> str:
         "worker and the broker) of the fleet's fp32 fluid capacity (perfect split of each op "
         "type over classes, true costs). A live set's true costs are a pre-profile of each "
         "runtime in a process of its own pinned to one core with one thread, as its executor "
-        "runs: the execution plus what the executor spends around it (inputs made from the "
-        "seed, the output's checksum). In a live set the three executors share one core (the "
+        "runs: the whole time the executor holds a route of each option after a warm-up one "
+        "(inputs made from the seed, the variant's conversions, the execution, the output's "
+        "checksum; until 2026-12-07 the execution plus an fp32 workload's inputs and "
+        "checksum, which missed bf16's conversions). In a live set the three executors share one core (the "
         "last), the worker has the others, the same for every policy (the broker and the "
         "client are not pinned); the capacity assumes that one core for the executors: three "
         "processes, each its own queue, taking turns on the core, except in "

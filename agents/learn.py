@@ -203,7 +203,8 @@ def model_times(exec_ms: np.ndarray, cpu_ms: np.ndarray, single: np.ndarray) -> 
     wall time under always-torch, their CPU time 1.10x); the router charges that sharing to
     the wait (models/dispatch.py). An op alone on its core reads 0.9-1.1, and keeps its wall
     time (taking the smaller of the two, as tried on 2026-12-06, read most rows a few % low),
-    as does an op that kept several cores busy. The dmda baseline's history learns the wall time, as StarPU's does."""
+    as does an op that kept several cores busy. The dmda baseline's history learns the wall
+    time, as StarPU's does."""
     stretched = single & (cpu_ms < STRETCHED * exec_ms)  # NaN compares False
     return np.where(stretched, cpu_ms, exec_ms)
 

@@ -107,3 +107,46 @@ def test_handling_is_learned_per_precision() -> None:
         assert set(state.handling.by_class()) == {"c", "c/bf16"}
     finally:
         state.handling = saved
+
+
+def test_each_outcome_settles_what_its_route_cost_the_policy_budget(monkeypatch) -> None:
+    """The complete stage tells the decide stage's policy (``state.settle``) what every
+    outcome of the class it was routed to held its executor for — failed ones too (they held
+    the core) — and nothing for an outcome from another class or a duplicate."""
+    import asyncio
+
+    from agents import complete, state
+
+    settled: list[tuple[str, float]] = []
+    written: dict[bytes, bytes] = {}
+
+    async def write_through(app, table, key, value):  # noqa: ANN001, ANN202
+        written[key] = value
+        return None
+
+    class Sent:
+        def add(self, delivery: object) -> None:
+            return None
+
+    entries = {"w1": {"device_class": "c", "workload": {}, "charged_ms": 20.0},
+               "w2": {"device_class": "c", "workload": {}, "charged_ms": 20.0},
+               "w3": {"device_class": "other", "workload": {}, "charged_ms": 20.0}}
+    monkeypatch.setattr(complete, "completed", written)
+    monkeypatch.setattr(complete, "write_through", write_through)
+    monkeypatch.setattr(complete, "results_sent", Sent())
+    monkeypatch.setattr(state, "settle", lambda wid, ms: settled.append((wid, ms)))
+    monkeypatch.setattr(state, "book", type("Book", (), {"get": staticmethod(entries.get)}))
+    monkeypatch.setattr(state, "close_inflight", lambda wid, now=None: None)
+    monkeypatch.setattr(complete, "learn_handling", lambda *args: None)
+    monkeypatch.setattr(state.backlog, "observe", lambda *args: None)
+
+    async def run() -> None:
+        await complete.complete_outcome(outcome(id="w1", held_ms=30.0))
+        await complete.complete_outcome(outcome(id="w2", held_ms=250.0, status="error",
+                                                error="boom"))
+        await complete.complete_outcome(outcome(id="w3", held_ms=5.0))
+        await complete.complete_outcome(outcome(id="w1", held_ms=31.0))  # a duplicate
+
+    asyncio.run(run())
+    assert settled == [("w1", 30.0), ("w2", 250.0)]
+    assert set(written) == {b"w1", b"w2", b"w3"}

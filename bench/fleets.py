@@ -288,6 +288,17 @@ def best_ms(table: Mapping[str, Mapping[str, float]], op: OpSpec,
     return out
 
 
+def baseline_ms(table: Mapping[str, Mapping[str, float]], op: OpSpec,
+                precisions: Sequence[str]) -> dict[str, float]:
+    """Per class, the true time of what a class-level baseline (``static``) runs there: its
+    fp32 eager variant where the class offers it (models/decision.py::class_representatives),
+    else the fastest allowed variant (`best_ms`). The static class chosen by the fastest
+    variant of each class was, where JAX's compiled variant tied torch, always-JAX running
+    JAX's eager variant: 6.6-11.6 s against always-torch's ~0.1 on the live fp32 set."""
+    key = profile_key(op, Variant("fp32", "eager"))
+    return {c: float(table[c].get(key, ms)) for c, ms in best_ms(table, op, precisions).items()}
+
+
 def fluid_capacity(weights: Sequence[float], times_ms: Sequence[Mapping[str, float]],
                    servers: Mapping[str, float]) -> float:
     """Max arrival rate (per s) with perfect fractional assignment: maximise λ subject to

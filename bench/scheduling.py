@@ -121,8 +121,10 @@ def prepare(device_set: DeviceSet, seconds: float, out_dir: Path) -> dict[str, A
     rate = load * fp32
     if live and rate > LIVE_RATE_CAP_PER_S:
         rate = LIVE_RATE_CAP_PER_S  # beyond what the pipeline feeds: the load is then lower
-    single = {c: fleets.fluid_capacity(weights, best, {c: servers[c]})
-              if all(c in b for b in best) else 0.0 for c in servers}
+    # The static class: the one that alone serves the most, as static runs it (fleets.baseline_ms).
+    plain = [fleets.baseline_ms(table, op, device_set.precisions) for op in ops]
+    single = {c: fleets.fluid_capacity(weights, plain, {c: servers[c]})
+              if all(c in b for b in plain) else 0.0 for c in servers}
     count = max(20, int(seconds * rate))
     workloads, arrivals = fleets.build_trace(mix, count, rate, device_set.precisions, table,
                                              seed=7, id_prefix=f"{device_set.name}-")

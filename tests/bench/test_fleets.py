@@ -33,3 +33,23 @@ def test_a_fleet_faster_than_the_set_rate_is_slowed_and_each_device_gets_a_lane(
     assert all(spec.drift == f"0:{prepared['time_scale']:.4f}" for spec in prepared["fleet"])
     plain = scheduling.prepare(scheduling.DeviceSet("sim-fp32", "sim", ("fp32",)), 2.0, tmp_path)
     assert plain["route_partitions"] == scheduling.DEFAULT_ROUTE_PARTITIONS
+
+
+def test_the_static_class_is_judged_by_the_variant_static_runs_there() -> None:
+    """Static runs a class's fp32 eager variant (models/decision.py::class_representatives):
+    JAX's compiled variant tying torch made the live fp32 set's static always-JAX, which ran
+    JAX eager (6.6-11.6 s mean against always-torch's ~0.1)."""
+    from models.ops import Variant, parse_op
+    from models.oracle import profile_key
+
+    op = parse_op({"kind": "matmul", "m": 64, "k": 64, "n": 64})
+
+    def key(precision: str, mode: str) -> str:
+        return profile_key(op, Variant(precision, mode))
+
+    table = {"torch": {key("fp32", "eager"): 10.0},
+             "jax": {key("fp32", "eager"): 40.0, key("fp32", "compiled"): 9.0},
+             "sim": {key("fp32", "compiled"): 7.0, key("bf16", "compiled"): 5.0}}
+    assert fleets.best_ms(table, op, ("fp32",)) == {"torch": 10.0, "jax": 9.0, "sim": 7.0}
+    assert fleets.baseline_ms(table, op, ("fp32",)) == {"torch": 10.0, "jax": 40.0, "sim": 7.0}
+    assert fleets.baseline_ms(table, op, ("fp32", "bf16"))["sim"] == 5.0
